@@ -1,0 +1,4 @@
+// New files in the top-level migrations/ must rebuild the crate that embeds them.
+fn main() {
+    println!("cargo:rerun-if-changed=../../migrations");
+}

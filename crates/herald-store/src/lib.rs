@@ -1,0 +1,26 @@
+//! herald's session store: every line of SQL in herald lives in this crate.
+//!
+//! One [`Store`] over a sqlx SQLite pool in WAL mode. Writes are serialized inside the process,
+//! run as `BEGIN IMMEDIATE` transactions and retried whole, with randomized backoff, when another
+//! process holds the database; appends from many concurrent chats are committed together (group
+//! commit) so a busy gateway pays for one commit, not one per chat. Depends only on herald-core.
+
+mod error;
+mod messages;
+mod open;
+mod raw;
+mod routes;
+mod search;
+mod sessions;
+mod stats;
+mod time;
+mod write;
+
+pub use error::StoreError;
+pub use messages::{Appended, NewMessage, StoredMessage};
+pub use open::{Store, StoreOptions};
+pub use raw::write_turns_raw;
+pub use search::{SearchHit, SearchQuery, sanitize_query};
+pub use sessions::{NewSession, Session, SessionFilter};
+pub use stats::{Health, SourceStats, Stats};
+pub use time::now_ms;

@@ -1,0 +1,235 @@
+//! Messages: appending a turn's delta and reading a session's history back in order.
+
+use herald_core::{Platform, Role};
+use serde::Serialize;
+use sqlx::SqliteConnection;
+
+use crate::error::StoreError;
+use crate::open::Store;
+use crate::time::now_ms;
+
+/// A message to append to a session.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewMessage {
+    /// Who wrote it.
+    pub role: Role,
+    /// Its text (empty for an assistant message that only calls tools).
+    pub content: String,
+    /// The assistant's tool calls, as the JSON array the model sent.
+    pub tool_calls: Option<serde_json::Value>,
+    /// For a tool result: the call it answers.
+    pub tool_call_id: Option<String>,
+    /// For a tool result: the tool's name.
+    pub tool_name: Option<String>,
+    /// The platform's id for an inbound or delivered message.
+    pub platform_message_id: Option<String>,
+    /// Tokens, when the model reported them.
+    pub token_count: Option<i64>,
+}
+
+impl NewMessage {
+    /// A message with only a role and text.
+    pub fn new(role: Role, content: impl Into<String>) -> Self {
+        NewMessage {
+            role,
+            content: content.into(),
+            tool_calls: None,
+            tool_call_id: None,
+            tool_name: None,
+            platform_message_id: None,
+            token_count: None,
+        }
+    }
+
+    /// A message from the person chatting.
+    pub fn user(content: impl Into<String>) -> Self {
+        NewMessage::new(Role::User, content)
+    }
+
+    /// A reply of the model.
+    pub fn assistant(content: impl Into<String>) -> Self {
+        NewMessage::new(Role::Assistant, content)
+    }
+
+    /// The result of the tool call `call_id` to `tool`.
+    pub fn tool(call_id: impl Into<String>, tool: impl Into<String>, content: impl Into<String>) -> Self {
+        NewMessage {
+            tool_call_id: Some(call_id.into()),
+            tool_name: Some(tool.into()),
+            ..NewMessage::new(Role::Tool, content)
+        }
+    }
+
+    /// The same message carrying the model's tool calls.
+    pub fn with_tool_calls(mut self, calls: serde_json::Value) -> Self {
+        self.tool_calls = Some(calls);
+        self
+    }
+
+    /// The same message with the platform's id for it.
+    pub fn with_platform_id(mut self, id: impl Into<String>) -> Self {
+        self.platform_message_id = Some(id.into());
+        self
+    }
+
+    fn tool_call_count(&self) -> i64 {
+        match &self.tool_calls {
+            Some(serde_json::Value::Array(calls)) => calls.len() as i64,
+            Some(serde_json::Value::Null) | None => 0,
+            Some(_) => 1,
+        }
+    }
+}
+
+/// A message as stored, in history order.
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct StoredMessage {
+    /// The ordering key.
+    pub id: i64,
+    /// The session it belongs to.
+    pub session_id: String,
+    /// Who wrote it.
+    #[sqlx(try_from = "String")]
+    pub role: Role,
+    /// Its text.
+    pub content: String,
+    /// The assistant's tool calls, as JSON.
+    #[sqlx(json(nullable))]
+    pub tool_calls: Option<serde_json::Value>,
+    /// For a tool result: the call it answers.
+    pub tool_call_id: Option<String>,
+    /// For a tool result: the tool's name.
+    pub tool_name: Option<String>,
+    /// The platform's id for the message.
+    pub platform_message_id: Option<String>,
+    /// Tokens, when known.
+    pub token_count: Option<i64>,
+    /// When it was stored, in Unix milliseconds.
+    pub created_at: i64,
+}
+
+/// One queued append: messages for a session, and for inbound messages the platform id that
+/// must not be processed twice.
+#[derive(Debug)]
+pub(crate) struct Append {
+    pub(crate) session_id: String,
+    pub(crate) messages: Vec<NewMessage>,
+    pub(crate) dedupe: Option<(Platform, String)>,
+}
+
+/// What an append did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Appended {
+    /// The messages were stored, with these ids.
+    Stored(Vec<i64>),
+    /// The inbound platform message was stored before; nothing was written.
+    Duplicate,
+}
+
+impl Store {
+    /// Appends a turn's new messages to a session in one transaction and returns their ids.
+    pub async fn append_messages(
+        &self,
+        session_id: &str,
+        messages: Vec<NewMessage>,
+    ) -> Result<Vec<i64>, StoreError> {
+        let append = Append { session_id: session_id.to_owned(), messages, dedupe: None };
+        match self.append(append).await? {
+            Appended::Stored(ids) => Ok(ids),
+            Appended::Duplicate => Ok(Vec::new()),
+        }
+    }
+
+    /// Stores an inbound message and records its platform id in the same transaction, so a
+    /// redelivered message is seen as [`Appended::Duplicate`] and answered once.
+    pub async fn append_inbound(
+        &self,
+        session_id: &str,
+        platform: Platform,
+        platform_message_id: &str,
+        message: NewMessage,
+    ) -> Result<Appended, StoreError> {
+        let message = message.with_platform_id(platform_message_id);
+        self.append(Append {
+            session_id: session_id.to_owned(),
+            messages: vec![message],
+            dedupe: Some((platform, platform_message_id.to_owned())),
+        })
+        .await
+    }
+
+    /// A session's messages in the order they were written.
+    pub async fn history(&self, session_id: &str) -> Result<Vec<StoredMessage>, StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT id, session_id, role, content, tool_calls, tool_call_id, tool_name,
+                    platform_message_id, token_count, created_at
+             FROM messages WHERE session_id = ? ORDER BY id",
+        )
+        .bind(session_id)
+        .fetch_all(&self.inner.pool)
+        .await?)
+    }
+}
+
+/// Writes one append inside the caller's transaction.
+pub(crate) async fn apply_append(
+    conn: &mut SqliteConnection,
+    append: &Append,
+) -> Result<Appended, StoreError> {
+    let now = now_ms();
+    if let Some((platform, id)) = &append.dedupe {
+        let fresh = sqlx::query(
+            "INSERT INTO processed_inbound (platform, message_id, session_id, received_at)
+             VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        )
+        .bind(platform.as_str())
+        .bind(id)
+        .bind(&append.session_id)
+        .bind(now)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+        if fresh == 0 {
+            return Ok(Appended::Duplicate);
+        }
+    }
+    let count = append.messages.len() as i64;
+    let tool_calls: i64 = append.messages.iter().map(NewMessage::tool_call_count).sum();
+    let found = sqlx::query(
+        "UPDATE sessions SET message_count = message_count + ?, tool_call_count = tool_call_count + ?,
+                updated_at = ? WHERE id = ?",
+    )
+    .bind(count)
+    .bind(tool_calls)
+    .bind(now)
+    .bind(&append.session_id)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    if found == 0 {
+        return Err(StoreError::SessionNotFound(append.session_id.clone()));
+    }
+    let mut ids = Vec::with_capacity(append.messages.len());
+    for m in &append.messages {
+        let tool_calls = m.tool_calls.as_ref().map(serde_json::to_string).transpose()?;
+        let id = sqlx::query(
+            "INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, tool_name,
+                                   platform_message_id, token_count, created_at)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&append.session_id)
+        .bind(m.role.as_str())
+        .bind(&m.content)
+        .bind(tool_calls)
+        .bind(&m.tool_call_id)
+        .bind(&m.tool_name)
+        .bind(&m.platform_message_id)
+        .bind(m.token_count)
+        .bind(now)
+        .execute(&mut *conn)
+        .await?
+        .last_insert_rowid();
+        ids.push(id);
+    }
+    Ok(Appended::Stored(ids))
+}

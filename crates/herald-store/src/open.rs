@@ -1,0 +1,202 @@
+use std::fs::{self, OpenOptions};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use sqlx::migrate::Migrator;
+use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Connection, SqliteConnection};
+use tracing::{debug, warn};
+
+use crate::error::StoreError;
+use crate::write::AppendQueue;
+
+/// The migrations of top-level `migrations/`, embedded at build time.
+pub(crate) static MIGRATOR: Migrator = sqlx::migrate!("../../migrations");
+
+/// How to open a store: the `[store]` section of the config, resolved.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// The database file; its directory is created if missing.
+    pub path: PathBuf,
+    /// SQLite's own busy wait per attempt.
+    pub busy_timeout: Duration,
+    /// Total time one write keeps retrying before it fails.
+    pub write_patience: Duration,
+    /// Most pooled connections (readers; writes use one at a time).
+    pub max_connections: u32,
+}
+
+impl StoreOptions {
+    /// The defaults of SPEC section 5 for a database at `path`.
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        StoreOptions {
+            path: path.into(),
+            busy_timeout: Duration::from_millis(1000),
+            write_patience: Duration::from_millis(20_000),
+            max_connections: 8,
+        }
+    }
+}
+
+/// The session store. Cheap to clone; every clone shares one pool and one writer.
+#[derive(Debug, Clone)]
+pub struct Store {
+    pub(crate) inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) pool: SqlitePool,
+    pub(crate) path: PathBuf,
+    pub(crate) wal: bool,
+    pub(crate) write_patience: Duration,
+    /// One writer at a time inside this process, so tasks queue fairly here instead of
+    /// sleeping in SQLite's busy handler against each other.
+    pub(crate) write_lock: tokio::sync::Mutex<()>,
+    pub(crate) appends: AppendQueue,
+    pub(crate) busy_retries: AtomicU64,
+}
+
+impl Store {
+    /// Opens (creating if needed) the database, switches it to WAL and applies migrations.
+    pub async fn open(options: StoreOptions) -> Result<Store, StoreError> {
+        let path = options.path.clone();
+        let fail = |reason: String| StoreError::Open { path: path.clone(), reason };
+        create_private_file(&path).map_err(|e| fail(e.to_string()))?;
+
+        let connect = SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(false)
+            .foreign_keys(true)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(options.busy_timeout);
+
+        // Journal mode and migrations first, on one connection: switching to WAL needs the
+        // database to itself, and nothing else should see a half-migrated schema.
+        let mut conn =
+            SqliteConnection::connect_with(&connect).await.map_err(|e| fail(e.to_string()))?;
+        let wal = ensure_wal(&mut conn, &path).await.map_err(|e| fail(e.to_string()))?;
+        migrate(&mut conn, &path).await?;
+        conn.close().await.map_err(|e| fail(e.to_string()))?;
+
+        let pool = SqlitePoolOptions::new()
+            .max_connections(options.max_connections.max(2))
+            .min_connections(1)
+            .connect_with(connect)
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+
+        Ok(Store {
+            inner: Arc::new(Inner {
+                pool,
+                path,
+                wal,
+                write_patience: options.write_patience,
+                write_lock: tokio::sync::Mutex::new(()),
+                appends: AppendQueue::default(),
+                busy_retries: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Whether the database runs in WAL mode (false only on filesystems that refuse it).
+    pub fn is_wal(&self) -> bool {
+        self.inner.wal
+    }
+
+    /// How many times a write transaction was retried because another writer held the lock.
+    pub fn busy_retries(&self) -> u64 {
+        self.inner.busy_retries.load(Ordering::Relaxed)
+    }
+
+    /// The newest migration this binary carries.
+    pub fn known_schema_version() -> i64 {
+        MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0)
+    }
+
+    /// Waits for pending writes and closes every connection, checkpointing the WAL.
+    pub async fn close(&self) {
+        let _turn = self.inner.write_lock.lock().await;
+        self.inner.pool.close().await;
+    }
+}
+
+/// Creates the database file `0600` (and its directory `0700`) before SQLite does, so the
+/// file and the `-wal`/`-shm` files SQLite derives from it are private from the first byte.
+fn create_private_file(path: &Path) -> std::io::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+        fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    }
+    OpenOptions::new().create(true).append(true).mode(0o600).open(path).map(drop)
+}
+
+/// Turns WAL on, or keeps the current mode with one warning when the filesystem refuses it.
+/// Never switches a database away from WAL.
+async fn ensure_wal(conn: &mut SqliteConnection, path: &Path) -> Result<bool, sqlx::Error> {
+    let current: String = sqlx::query_scalar("PRAGMA journal_mode").fetch_one(&mut *conn).await?;
+    if current.eq_ignore_ascii_case("wal") {
+        return Ok(true);
+    }
+    let after: String =
+        sqlx::query_scalar("PRAGMA journal_mode = WAL").fetch_one(&mut *conn).await?;
+    if after.eq_ignore_ascii_case("wal") {
+        debug!(path = %path.display(), "switched the database to WAL");
+        return Ok(true);
+    }
+    warn!(
+        path = %path.display(),
+        mode = %after,
+        "the filesystem refused WAL; using the {after} journal, concurrent writers will wait longer"
+    );
+    Ok(false)
+}
+
+/// The newest migration recorded in the file, if any.
+pub(crate) async fn applied_version(conn: &mut SqliteConnection) -> Result<i64, sqlx::Error> {
+    let has_table: bool = sqlx::query_scalar(
+        "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    if !has_table {
+        return Ok(0);
+    }
+    sqlx::query_scalar("SELECT coalesce(max(version), 0) FROM _sqlx_migrations WHERE success")
+        .fetch_one(&mut *conn)
+        .await
+}
+
+/// Refuses a newer database, then applies what is pending. Several processes may open a
+/// new file at once and SQLite migrations take no lock, so a failed run is checked again:
+/// if another process finished the job meanwhile, that is success.
+async fn migrate(conn: &mut SqliteConnection, path: &Path) -> Result<(), StoreError> {
+    let known = Store::known_schema_version();
+    let fail = |reason: String| StoreError::Open { path: path.to_owned(), reason };
+    let mut attempt = 0;
+    loop {
+        let found = applied_version(conn).await.map_err(|e| fail(e.to_string()))?;
+        if found > known {
+            return Err(StoreError::NewerSchema { path: path.to_owned(), found, known });
+        }
+        if found == known {
+            return Ok(());
+        }
+        match MIGRATOR.run(&mut *conn).await {
+            Ok(()) => return Ok(()),
+            Err(e) if attempt < 20 => {
+                debug!(error = %e, attempt, "migration raced another process; checking again");
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(rand::random_range(20..120))).await;
+            }
+            Err(e) => return Err(fail(format!("migration failed: {e}"))),
+        }
+    }
+}

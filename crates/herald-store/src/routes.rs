@@ -1,0 +1,102 @@
+//! Routes: which session a chat's key currently talks to.
+
+use sqlx::SqliteConnection;
+
+use crate::error::StoreError;
+use crate::open::Store;
+use crate::sessions::{NewSession, Session, end_session, insert_session};
+use crate::time::now_ms;
+use crate::write::write_tx;
+
+impl Store {
+    /// The session a key is routed to, if any.
+    pub async fn routed_session(&self, key: &str) -> Result<Option<Session>, StoreError> {
+        let id: Option<String> =
+            sqlx::query_scalar("SELECT session_id FROM routes WHERE session_key = ?")
+                .bind(key)
+                .fetch_optional(&self.inner.pool)
+                .await?;
+        match id {
+            Some(id) => self.session(&id).await,
+            None => Ok(None),
+        }
+    }
+
+    /// The session a key is routed to, creating and routing `new` when there is none.
+    /// Returns the session and whether it was created.
+    pub async fn route_or_create(
+        &self,
+        key: &str,
+        new: &NewSession,
+    ) -> Result<(Session, bool), StoreError> {
+        if let Some(session) = self.routed_session(key).await? {
+            return Ok((session, false));
+        }
+        write_tx!(self, |conn| async {
+            // Checked again under the write lock: another process may have routed it.
+            let current: Option<String> =
+                sqlx::query_scalar("SELECT session_id FROM routes WHERE session_key = ?")
+                    .bind(key)
+                    .fetch_optional(&mut *conn)
+                    .await?;
+            if let Some(id) = current {
+                let session = fetch_session(conn, &id).await?;
+                return Ok::<_, StoreError>((session, false));
+            }
+            let session = insert_session(conn, new).await?;
+            upsert_route(conn, key, &session.id).await?;
+            Ok((session, true))
+        })
+    }
+
+    /// Starts a fresh session for a key: ends the one it was routed to with `end_reason`,
+    /// creates `new` and moves the route, all in one transaction.
+    pub async fn reroute(
+        &self,
+        key: &str,
+        new: &NewSession,
+        end_reason: &str,
+    ) -> Result<Session, StoreError> {
+        write_tx!(self, |conn| async {
+            let old: Option<String> =
+                sqlx::query_scalar("SELECT session_id FROM routes WHERE session_key = ?")
+                    .bind(key)
+                    .fetch_optional(&mut *conn)
+                    .await?;
+            if let Some(old) = old {
+                end_session(conn, &old, end_reason).await?;
+            }
+            let session = insert_session(conn, new).await?;
+            upsert_route(conn, key, &session.id).await?;
+            Ok::<_, StoreError>(session)
+        })
+    }
+}
+
+async fn upsert_route(
+    conn: &mut SqliteConnection,
+    key: &str,
+    session_id: &str,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO routes (session_key, session_id, updated_at) VALUES (?1, ?2, ?3)
+         ON CONFLICT (session_key) DO UPDATE SET session_id = ?2, updated_at = ?3",
+    )
+    .bind(key)
+    .bind(session_id)
+    .bind(now_ms())
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+async fn fetch_session(conn: &mut SqliteConnection, id: &str) -> Result<Session, StoreError> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {} FROM sessions WHERE id = ?",
+        crate::sessions::SESSION_COLUMNS
+    )))
+    .bind(id)
+    .fetch_optional(&mut *conn)
+    .await?
+    .ok_or_else(|| StoreError::SessionNotFound(id.to_owned()))
+}

@@ -1,0 +1,112 @@
+//! Store statistics and health checks for `herald sessions stats` and `herald doctor`.
+
+use herald_core::Platform;
+use serde::Serialize;
+
+use crate::error::StoreError;
+use crate::open::{Store, applied_version};
+
+/// Counts for one source.
+#[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
+pub struct SourceStats {
+    /// The source.
+    #[sqlx(try_from = "String")]
+    pub source: Platform,
+    /// Its sessions.
+    pub sessions: i64,
+    /// Of those, not ended.
+    pub open_sessions: i64,
+    /// Their messages.
+    pub messages: i64,
+}
+
+/// What is in the store.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Stats {
+    /// All sessions.
+    pub sessions: i64,
+    /// Sessions not ended.
+    pub open_sessions: i64,
+    /// All messages.
+    pub messages: i64,
+    /// Per source, most sessions first.
+    pub by_source: Vec<SourceStats>,
+    /// Unix milliseconds of the oldest session, if any.
+    pub oldest_started_at: Option<i64>,
+    /// Unix milliseconds of the newest session, if any.
+    pub newest_started_at: Option<i64>,
+    /// Bytes of the database file and its WAL.
+    pub size_bytes: u64,
+}
+
+/// The results of `herald doctor`'s store checks.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Health {
+    /// The newest migration applied to the file.
+    pub schema_version: i64,
+    /// The newest migration this binary carries.
+    pub known_schema_version: i64,
+    /// `PRAGMA journal_mode`.
+    pub journal_mode: String,
+    /// Whether SQLite was built with FTS5 and the index table exists.
+    pub fts5: bool,
+    /// `PRAGMA integrity_check`: `["ok"]` when healthy.
+    pub integrity: Vec<String>,
+}
+
+impl Store {
+    /// Counts sessions and messages.
+    pub async fn stats(&self) -> Result<Stats, StoreError> {
+        let by_source: Vec<SourceStats> = sqlx::query_as(
+            "SELECT source, count(*) AS sessions, count(*) - count(ended_at) AS open_sessions,
+                    coalesce(sum(message_count), 0) AS messages
+             FROM sessions GROUP BY source ORDER BY sessions DESC, source",
+        )
+        .fetch_all(&self.inner.pool)
+        .await?;
+        let (oldest, newest): (Option<i64>, Option<i64>) =
+            sqlx::query_as("SELECT min(started_at), max(started_at) FROM sessions")
+                .fetch_one(&self.inner.pool)
+                .await?;
+        let size_bytes = ["", "-wal"]
+            .iter()
+            .filter_map(|suffix| {
+                let mut name = self.path().as_os_str().to_owned();
+                name.push(suffix);
+                std::fs::metadata(name).ok().map(|m| m.len())
+            })
+            .sum();
+        Ok(Stats {
+            sessions: by_source.iter().map(|s| s.sessions).sum(),
+            open_sessions: by_source.iter().map(|s| s.open_sessions).sum(),
+            messages: by_source.iter().map(|s| s.messages).sum(),
+            by_source,
+            oldest_started_at: oldest,
+            newest_started_at: newest,
+            size_bytes,
+        })
+    }
+
+    /// Schema version, journal mode, FTS5 and an integrity check.
+    pub async fn health(&self) -> Result<Health, StoreError> {
+        let mut conn = self.inner.pool.acquire().await?;
+        let schema_version = applied_version(&mut conn).await?;
+        let journal_mode: String =
+            sqlx::query_scalar("PRAGMA journal_mode").fetch_one(&mut *conn).await?;
+        let fts5: bool = sqlx::query_scalar(
+            "SELECT sqlite_compileoption_used('ENABLE_FTS5')
+                AND EXISTS (SELECT 1 FROM sqlite_master WHERE name = 'messages_fts')",
+        )
+        .fetch_one(&mut *conn)
+        .await?;
+        let integrity: Vec<String> =
+            sqlx::query_scalar("PRAGMA integrity_check").fetch_all(&mut *conn).await?;
+        Ok(Health {
+            schema_version,
+            known_schema_version: Store::known_schema_version(),
+            journal_mode,
+            fts5,
+            integrity,
+        })
+    }
+}
