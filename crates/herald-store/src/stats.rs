@@ -60,7 +60,7 @@ impl Store {
         let by_source: Vec<SourceStats> = sqlx::query_as(
             "SELECT source, count(*) AS sessions, count(*) - count(ended_at) AS open_sessions,
                     coalesce(sum(message_count), 0) AS messages
-             FROM sessions GROUP BY source ORDER BY sessions DESC, source",
+             FROM sessions GROUP BY source ORDER BY sessions DESC, messages DESC, source",
         )
         .fetch_all(&self.inner.pool)
         .await?;

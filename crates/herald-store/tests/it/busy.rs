@@ -1,0 +1,74 @@
+use std::time::{Duration, Instant};
+
+use herald_core::Platform;
+use herald_store::{Store, StoreError, StoreOptions};
+use sqlx::{Connection, SqliteConnection};
+
+use crate::{session_for, turn};
+
+/// A second connection, as another process would hold it.
+async fn other_connection(path: &std::path::Path) -> SqliteConnection {
+    SqliteConnection::connect(&format!("sqlite://{}", path.display())).await.unwrap()
+}
+
+fn options(path: &std::path::Path, busy_ms: u64, patience_ms: u64) -> StoreOptions {
+    StoreOptions {
+        busy_timeout: Duration::from_millis(busy_ms),
+        write_patience: Duration::from_millis(patience_ms),
+        ..StoreOptions::new(path)
+    }
+}
+
+#[tokio::test]
+async fn a_write_waits_for_a_held_lock_and_then_succeeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    // A busy timeout far shorter than the hold, so the store's own retries do the waiting.
+    let store = Store::open(options(&path, 50, 10_000)).await.unwrap();
+    let session = store.create_session(&session_for(Platform::Cli, "me")).await.unwrap();
+
+    let mut holder = other_connection(&path).await;
+    sqlx::query("BEGIN IMMEDIATE").execute(&mut holder).await.unwrap();
+    let writer = tokio::spawn({
+        let store = store.clone();
+        let id = session.id.clone();
+        async move { store.append_messages(&id, turn(1)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(!writer.is_finished(), "the write went through a held lock");
+    sqlx::query("COMMIT").execute(&mut holder).await.unwrap();
+
+    let ids = writer.await.unwrap().unwrap();
+    assert_eq!(ids.len(), 4);
+    assert!(store.busy_retries() > 0, "the retry path was not taken");
+    assert_eq!(store.history(&session.id).await.unwrap().len(), 4);
+}
+
+#[tokio::test]
+async fn a_lock_held_past_patience_gives_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let store = Store::open(options(&path, 50, 300)).await.unwrap();
+    let session = store.create_session(&session_for(Platform::Cli, "me")).await.unwrap();
+
+    let mut holder = other_connection(&path).await;
+    sqlx::query("BEGIN IMMEDIATE").execute(&mut holder).await.unwrap();
+    let started = Instant::now();
+    let (append, rename) = tokio::join!(
+        store.append_messages(&session.id, turn(1)),
+        store.rename_session(&session.id, "blocked"),
+    );
+    let waited = started.elapsed();
+    for err in [append.unwrap_err(), rename.unwrap_err()] {
+        assert!(matches!(err, StoreError::Busy { .. }), "{err:?}");
+        let message = err.to_string();
+        assert!(message.contains("write_patience_ms") && !message.contains('\n'), "{message}");
+    }
+    assert!(waited < Duration::from_secs(5), "gave up only after {waited:?}");
+    sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
+
+    // Nothing was half-written, and the store works again once the lock is gone.
+    assert!(store.history(&session.id).await.unwrap().is_empty());
+    store.append_messages(&session.id, turn(2)).await.unwrap();
+    assert_eq!(store.history(&session.id).await.unwrap().len(), 4);
+}

@@ -1,0 +1,145 @@
+use herald_core::{Platform, Role};
+use herald_store::{NewMessage, SearchHit, SearchQuery, Store};
+use proptest::prelude::*;
+
+use crate::{fresh, session_for};
+
+/// A store with a few conversations worth searching.
+async fn corpus() -> (Store, tempfile::TempDir) {
+    let (store, dir) = fresh().await;
+    let alice = store.create_session(&session_for(Platform::Telegram, "alice")).await.unwrap();
+    let bob = store.create_session(&session_for(Platform::Slack, "bob")).await.unwrap();
+    let messages = |texts: &[&str]| texts.iter().map(|t| NewMessage::user(*t)).collect();
+    store
+        .append_messages(
+            &alice.id,
+            messages(&[
+                "TODO: fix the chat-send retry before v2.1 ships",
+                "the deploy script failed on the staging box",
+                "deployment notes: run migrations first",
+                "my cat knocked the router off the shelf (again)",
+                "聊天记录，记忆断裂问题复现了",
+                "emoji 🎉 party at the café",
+            ]),
+        )
+        .await
+        .unwrap();
+    store
+        .append_messages(
+            &bob.id,
+            vec![
+                NewMessage::user("router router router firmware upgrade"),
+                NewMessage::assistant("the router firmware is at v2.1 now"),
+                NewMessage::tool("c1", "current_time", "2026-12-02T10:00:00Z"),
+            ],
+        )
+        .await
+        .unwrap();
+    (store, dir)
+}
+
+async fn search(store: &Store, text: &str) -> Vec<SearchHit> {
+    store.search(&SearchQuery::new(text)).await.unwrap_or_else(|e| panic!("{text:?}: {e}"))
+}
+
+#[tokio::test]
+async fn hostile_input_never_errors() {
+    let (store, _dir) = corpus().await;
+    // (input, how many hits)
+    let table: &[(&str, usize)] = &[
+        ("TODO: fix", 1),
+        ("chat-send", 1),
+        ("v2.1", 2),
+        ("\"chat-send retry\"", 1),
+        ("(router", 3),
+        ("router)", 3),
+        ("router OR deploy", 4),
+        ("OR router", 3),
+        ("router AND", 3),
+        ("NOT router", 3),
+        ("router NOT firmware", 1),
+        ("AND OR NOT", 0),
+        ("\"unbalanced quote", 0),
+        ("deploy*", 2),
+        ("*", 0),
+        ("🎉", 0),
+        ("🎉 party", 1),
+        ("cafe", 1),
+        ("café", 1),
+        ("", 0),
+        ("   ", 0),
+        ("content:router", 0),
+        ("tool_name:current", 0),
+        ("current_time", 1),
+        ("NEAR(router firmware)", 0),
+        ("^router", 3),
+        ("'single quotes'", 0),
+        ("a\"b\"c", 0),
+        ("-- DROP TABLE messages;", 0),
+        ("{router}", 3),
+        ("router:", 3),
+        ("\\", 0),
+    ];
+    let mut wrong = Vec::new();
+    for (input, expected) in table {
+        let hits = search(&store, input).await.len();
+        if hits != *expected {
+            wrong.push(format!("{input:?}: {hits} hits, expected {expected}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+    // The index survived all of that.
+    assert_eq!(search(&store, "router").await.len(), 3);
+}
+
+#[tokio::test]
+async fn hits_are_ranked_and_marked() {
+    let (store, _dir) = corpus().await;
+    let hits = search(&store, "router").await;
+    assert_eq!(hits.len(), 3);
+    // BM25: the message that says "router" three times ranks first.
+    assert!(hits[0].snippet.starts_with("**router** **router**"), "{:?}", hits[0].snippet);
+    assert!(hits[0].rank <= hits[1].rank);
+    assert_eq!(hits[0].source, Platform::Slack);
+    assert!(hits[1].snippet.contains("**router**"));
+}
+
+#[tokio::test]
+async fn filters_narrow_the_hits() {
+    let (store, _dir) = corpus().await;
+    let query = |f: fn(&mut SearchQuery)| {
+        let mut q = SearchQuery::new("v2.1");
+        f(&mut q);
+        q
+    };
+    let by_source = store.search(&query(|q| q.source = Some(Platform::Telegram))).await.unwrap();
+    assert_eq!(by_source.len(), 1);
+    assert_eq!(by_source[0].source, Platform::Telegram);
+    let by_role = store.search(&query(|q| q.role = Some(Role::Assistant))).await.unwrap();
+    assert_eq!(by_role.len(), 1);
+    assert_eq!(by_role[0].role, Role::Assistant);
+    let by_user = store.search(&query(|q| q.user_id = Some("bob".into()))).await.unwrap();
+    assert_eq!(by_user.len(), 1);
+    assert_eq!(by_user[0].source, Platform::Slack);
+    let nobody = store.search(&query(|q| q.user_id = Some("carol".into()))).await.unwrap();
+    assert!(nobody.is_empty());
+    let limited = store.search(&SearchQuery { limit: 1, ..SearchQuery::new("router") }).await;
+    assert_eq!(limited.unwrap().len(), 1);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn arbitrary_text_never_errors(text in any::<String>(), typed in "[ a-zA-Z0-9\"():*^.-]{0,40}") {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        runtime.block_on(async {
+            let (store, _dir) = corpus().await;
+            for input in [&text, &typed] {
+                let result = store.search(&SearchQuery::new(input.as_str())).await;
+                prop_assert!(result.is_ok(), "{:?}: {:?}", input, result);
+            }
+            Ok(())
+        })?;
+    }
+}

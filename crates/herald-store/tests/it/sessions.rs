@@ -1,0 +1,187 @@
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use herald_core::{Platform, Role};
+use herald_store::{NewSession, SessionFilter, StoreError};
+
+use crate::{fresh, open, session_for, turn};
+
+#[tokio::test]
+async fn history_reads_back_in_order_after_reopening() {
+    let (store, dir) = fresh().await;
+    let session = store.create_session(&session_for(Platform::Telegram, "42")).await.unwrap();
+    store.append_messages(&session.id, turn(1)).await.unwrap();
+    store.append_messages(&session.id, turn(2)).await.unwrap();
+    let before = store.history(&session.id).await.unwrap();
+    store.close().await;
+
+    let reopened = open(&dir.path().join("state.db")).await;
+    let after = reopened.history(&session.id).await.unwrap();
+    assert_eq!(before, after);
+    assert_eq!(after.len(), 8);
+    let roles: Vec<Role> = after.iter().map(|m| m.role).collect();
+    assert_eq!(&roles[..4], &[Role::User, Role::Assistant, Role::Tool, Role::Assistant]);
+    assert_eq!(after[1].tool_calls.as_ref().unwrap()[0]["function"]["name"], "session_search");
+    assert_eq!(after[2].tool_call_id.as_deref(), Some("call_1"));
+    let stored = reopened.session(&session.id).await.unwrap().unwrap();
+    assert_eq!((stored.message_count, stored.tool_call_count), (8, 2));
+    assert_eq!(stored.user_id.as_deref(), Some("42"));
+    assert_eq!(reopened.system_prompt(&session.id).await.unwrap().unwrap(), "You are Herald.");
+}
+
+#[tokio::test]
+async fn database_files_are_private() {
+    let (store, dir) = fresh().await;
+    let session = store.create_session(&session_for(Platform::Cli, "me")).await.unwrap();
+    store.append_messages(&session.id, turn(1)).await.unwrap();
+    for name in ["state.db", "state.db-wal", "state.db-shm"] {
+        let mode = std::fs::metadata(dir.path().join(name)).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{name} has mode {:o}", mode & 0o777);
+    }
+    assert!(store.is_wal());
+}
+
+#[tokio::test]
+async fn identical_system_prompts_are_stored_once() {
+    let (store, _dir) = fresh().await;
+    let a = store.create_session(&NewSession::new(Platform::Cli, "same")).await.unwrap();
+    let b = store.create_session(&NewSession::new(Platform::Cli, "same")).await.unwrap();
+    let c = store.create_session(&NewSession::new(Platform::Cli, "other")).await.unwrap();
+    assert_eq!(a.system_prompt_hash, b.system_prompt_hash);
+    assert_ne!(a.system_prompt_hash, c.system_prompt_hash);
+}
+
+#[tokio::test]
+async fn inbound_messages_are_deduplicated() {
+    let (store, _dir) = fresh().await;
+    let s = store.create_session(&session_for(Platform::Telegram, "7")).await.unwrap();
+    let hello = herald_store::NewMessage::user("hello");
+    let first = store.append_inbound(&s.id, Platform::Telegram, "1001", hello.clone()).await;
+    let again = store.append_inbound(&s.id, Platform::Telegram, "1001", hello.clone()).await;
+    let other = store.append_inbound(&s.id, Platform::Discord, "1001", hello).await;
+    assert!(matches!(first.unwrap(), herald_store::Appended::Stored(ids) if ids.len() == 1));
+    assert_eq!(again.unwrap(), herald_store::Appended::Duplicate);
+    assert!(matches!(other.unwrap(), herald_store::Appended::Stored(_)));
+    assert_eq!(store.history(&s.id).await.unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn appending_to_a_missing_session_fails_alone() {
+    let (store, _dir) = fresh().await;
+    let s = store.create_session(&session_for(Platform::Cli, "me")).await.unwrap();
+    let (bad, good) = tokio::join!(
+        store.append_messages("no-such-session", turn(1)),
+        store.append_messages(&s.id, turn(2)),
+    );
+    assert!(matches!(bad, Err(StoreError::SessionNotFound(_))), "{bad:?}");
+    assert_eq!(good.unwrap().len(), 4);
+    assert_eq!(store.history(&s.id).await.unwrap().len(), 4);
+}
+
+#[tokio::test]
+async fn reroute_ends_the_old_session_and_moves_the_route() {
+    let (store, _dir) = fresh().await;
+    let key = "telegram:dm:42";
+    let new = session_for(Platform::Telegram, "42");
+    let (first, created) = store.route_or_create(key, &new).await.unwrap();
+    assert!(created);
+    let (same, created) = store.route_or_create(key, &new).await.unwrap();
+    assert!(!created);
+    assert_eq!(same.id, first.id);
+
+    let second = store.reroute(key, &new, "new").await.unwrap();
+    assert_ne!(second.id, first.id);
+    assert_eq!(store.routed_session(key).await.unwrap().unwrap().id, second.id);
+    let old = store.session(&first.id).await.unwrap().unwrap();
+    assert_eq!(old.end_reason.as_deref(), Some("new"));
+    assert!(old.ended_at.is_some());
+    assert!(store.session(&second.id).await.unwrap().unwrap().ended_at.is_none());
+}
+
+#[tokio::test]
+async fn list_filters_and_orders_newest_first() {
+    let (store, _dir) = fresh().await;
+    let a = store.create_session(&session_for(Platform::Cli, "a")).await.unwrap();
+    let b = store.create_session(&session_for(Platform::Telegram, "b")).await.unwrap();
+    let c = store.create_session(&session_for(Platform::Telegram, "c")).await.unwrap();
+    let all = store.list_sessions(&SessionFilter::default()).await.unwrap();
+    let ids: Vec<&str> = all.iter().map(|s| s.id.as_str()).collect();
+    assert_eq!(ids, [c.id.as_str(), b.id.as_str(), a.id.as_str()]);
+    let filter = SessionFilter { source: Some(Platform::Telegram), limit: Some(1), ..Default::default() };
+    let telegram = store.list_sessions(&filter).await.unwrap();
+    assert_eq!(telegram.len(), 1);
+    assert_eq!(telegram[0].id, c.id);
+}
+
+#[tokio::test]
+async fn titles_are_unique_and_resolve() {
+    let (store, _dir) = fresh().await;
+    let a = store.create_session(&session_for(Platform::Cli, "a")).await.unwrap();
+    let b = store.create_session(&session_for(Platform::Cli, "b")).await.unwrap();
+    store.rename_session(&a.id, "groceries").await.unwrap();
+    let taken = store.rename_session(&b.id, "groceries").await.unwrap_err();
+    assert!(matches!(&taken, StoreError::TitleTaken { session_id, .. } if *session_id == a.id));
+    assert_eq!(store.resolve_session("groceries").await.unwrap().id, a.id);
+    assert_eq!(store.resolve_session(&b.id).await.unwrap().id, b.id);
+    // UUIDv7 ids created together share their first characters.
+    assert!(matches!(
+        store.resolve_session(&a.id[..8]).await,
+        Err(StoreError::AmbiguousSession { .. })
+    ));
+    assert_eq!(store.resolve_session(&b.id[..30]).await.unwrap().id, b.id);
+    assert!(matches!(store.resolve_session("nope").await, Err(StoreError::SessionNotFound(_))));
+    store.rename_session(&a.id, "").await.unwrap();
+    assert_eq!(store.session(&a.id).await.unwrap().unwrap().title, None);
+}
+
+#[tokio::test]
+async fn deleting_a_parent_clears_the_childs_pointer() {
+    let (store, _dir) = fresh().await;
+    let parent = store.create_session(&session_for(Platform::Telegram, "p")).await.unwrap();
+    store.append_messages(&parent.id, turn(1)).await.unwrap();
+    let child = NewSession { parent_session_id: Some(parent.id.clone()), ..session_for(Platform::Telegram, "p") };
+    let child = store.create_session(&child).await.unwrap();
+    assert_eq!(store.delete_session(&parent.id).await.unwrap(), 4);
+    assert!(store.session(&parent.id).await.unwrap().is_none());
+    assert!(store.history(&parent.id).await.unwrap().is_empty());
+    let child = store.session(&child.id).await.unwrap().unwrap();
+    assert_eq!(child.parent_session_id, None);
+    assert!(matches!(store.delete_session(&parent.id).await, Err(StoreError::SessionNotFound(_))));
+    // the deleted messages left the search index too
+    let hits = store.search(&herald_store::SearchQuery::new("question")).await.unwrap();
+    assert!(hits.is_empty());
+}
+
+#[tokio::test]
+async fn prune_removes_only_old_ended_sessions() {
+    let (store, _dir) = fresh().await;
+    let open_one = store.create_session(&session_for(Platform::Cli, "a")).await.unwrap();
+    let ended = store.create_session(&session_for(Platform::Cli, "b")).await.unwrap();
+    let other_source = store.create_session(&session_for(Platform::Slack, "c")).await.unwrap();
+    store.end_session(&ended.id, "cli exit").await.unwrap();
+    store.end_session(&other_source.id, "cli exit").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+
+    assert_eq!(store.prune_sessions(Duration::from_secs(3600), None).await.unwrap(), 0);
+    let pruned = store.prune_sessions(Duration::from_millis(5), Some(Platform::Cli)).await.unwrap();
+    assert_eq!(pruned, 1);
+    assert!(store.session(&ended.id).await.unwrap().is_none());
+    assert!(store.session(&open_one.id).await.unwrap().is_some());
+    assert!(store.session(&other_source.id).await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn stats_count_sessions_and_messages() {
+    let (store, _dir) = fresh().await;
+    let a = store.create_session(&session_for(Platform::Cli, "a")).await.unwrap();
+    let b = store.create_session(&session_for(Platform::Telegram, "b")).await.unwrap();
+    store.append_messages(&a.id, turn(1)).await.unwrap();
+    store.append_messages(&b.id, turn(2)).await.unwrap();
+    store.append_messages(&b.id, turn(3)).await.unwrap();
+    store.end_session(&a.id, "cli exit").await.unwrap();
+    let stats = store.stats().await.unwrap();
+    assert_eq!((stats.sessions, stats.open_sessions, stats.messages), (2, 1, 12));
+    assert_eq!(stats.by_source[0].source, Platform::Telegram);
+    assert_eq!(stats.by_source[0].messages, 8);
+    assert!(stats.size_bytes > 0);
+}
