@@ -52,7 +52,11 @@ impl NewMessage {
     }
 
     /// The result of the tool call `call_id` to `tool`.
-    pub fn tool(call_id: impl Into<String>, tool: impl Into<String>, content: impl Into<String>) -> Self {
+    pub fn tool(
+        call_id: impl Into<String>,
+        tool: impl Into<String>,
+        content: impl Into<String>,
+    ) -> Self {
         NewMessage {
             tool_call_id: Some(call_id.into()),
             tool_name: Some(tool.into()),

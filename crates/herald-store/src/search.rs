@@ -67,36 +67,102 @@ pub struct SearchHit {
     pub rank: f64,
 }
 
+/// Ranked search over one FTS5 index (`{index}`): the word index or the trigram index.
+const INDEX_SEARCH: &str = "
+    SELECT m.id AS message_id, m.session_id, s.source, s.title, m.role, m.created_at,
+           snippet({index}, -1, ?7, ?8, '…', 16) AS snippet, bm25({index}) AS rank
+    FROM {index}
+    JOIN messages m ON m.id = {index}.rowid
+    JOIN sessions s ON s.id = m.session_id
+    WHERE {index} MATCH ?1
+      AND (?2 IS NULL OR s.source = ?2) AND (?3 IS NULL OR m.role = ?3)
+      AND (?4 IS NULL OR s.user_id = ?4) AND (?5 IS NULL OR m.session_id = ?5)
+    ORDER BY rank LIMIT ?6";
+
+/// Literal substring search, newest first, for words the trigram index cannot find (shorter
+/// than three characters). `{condition}` is built from `instr` tests bound from ?9 on.
+const LITERAL_SEARCH: &str = "
+    SELECT m.id AS message_id, m.session_id, s.source, s.title, m.role, m.created_at,
+           m.content AS snippet, 0.0 AS rank
+    FROM messages m
+    JOIN sessions s ON s.id = m.session_id
+    WHERE m.content GLOB '{cjk}' AND ({condition})
+      AND (?2 IS NULL OR s.source = ?2) AND (?3 IS NULL OR m.role = ?3)
+      AND (?4 IS NULL OR s.user_id = ?4) AND (?5 IS NULL OR m.session_id = ?5)
+      -- ?1, ?7 and ?8 belong to the index search; named here so both take the same binds
+      AND ?1 IS NOT NULL AND ?7 IS NOT NULL AND ?8 IS NOT NULL
+    ORDER BY m.id DESC LIMIT ?6";
+
+/// The GLOB class of [`is_cjk`], as the `messages_cjk` triggers spell it.
+const CJK_GLOB: &str = "*[\u{2E80}-\u{9FFF}\u{AC00}-\u{D7AF}\u{F900}-\u{FAFF}]*";
+
 impl Store {
     /// Searches messages, best match first. Never fails on what a person typed: text with
     /// nothing searchable in it gives no hits.
+    ///
+    /// Text in scripts written without spaces (Chinese, Japanese, Korean) is looked up in the
+    /// trigram index as well, or, for words under three characters, literally.
     pub async fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, StoreError> {
-        let Some(fts) = sanitize_query(&query.text) else { return Ok(Vec::new()) };
-        Ok(sqlx::query_as(
-            "SELECT m.id AS message_id, m.session_id, s.source, s.title, m.role, m.created_at,
-                    snippet(messages_fts, -1, ?7, ?8, '…', 16) AS snippet,
-                    bm25(messages_fts) AS rank
-             FROM messages_fts
-             JOIN messages m ON m.id = messages_fts.rowid
-             JOIN sessions s ON s.id = m.session_id
-             WHERE messages_fts MATCH ?1
-               AND (?2 IS NULL OR s.source = ?2)
-               AND (?3 IS NULL OR m.role = ?3)
-               AND (?4 IS NULL OR s.user_id = ?4)
-               AND (?5 IS NULL OR m.session_id = ?5)
-             ORDER BY rank LIMIT ?6",
-        )
-        .bind(fts)
-        .bind(query.source.map(Platform::as_str))
-        .bind(query.role.map(Role::as_str))
-        .bind(&query.user_id)
-        .bind(&query.session_id)
-        .bind(i64::from(query.limit))
-        .bind(&query.mark_open)
-        .bind(&query.mark_close)
-        .fetch_all(&self.inner.pool)
-        .await?)
+        let items = items(&query.text);
+        let Some(fts) = render_fts(&items) else { return Ok(Vec::new()) };
+        let mut hits = self
+            .run_search(INDEX_SEARCH.replace("{index}", "messages_fts"), &fts, &[], query)
+            .await?;
+        if query.text.chars().any(is_cjk) {
+            let short = items
+                .iter()
+                .any(|i| matches!(i, Item::Phrase { text, .. } if text.chars().count() < 3));
+            let more = if short {
+                let (condition, words) = literal_condition(&items);
+                let sql =
+                    LITERAL_SEARCH.replace("{cjk}", CJK_GLOB).replace("{condition}", &condition);
+                let mut found = self.run_search(sql, &fts, &words, query).await?;
+                for hit in &mut found {
+                    hit.snippet = literal_snippet(&hit.snippet, &words, query);
+                }
+                found
+            } else {
+                self.run_search(INDEX_SEARCH.replace("{index}", "messages_cjk"), &fts, &[], query)
+                    .await?
+            };
+            for hit in more {
+                if !hits.iter().any(|h| h.message_id == hit.message_id) {
+                    hits.push(hit);
+                }
+            }
+            hits.truncate(query.limit as usize);
+        }
+        Ok(hits)
     }
+
+    async fn run_search(
+        &self,
+        sql: String,
+        fts: &str,
+        words: &[String],
+        query: &SearchQuery,
+    ) -> Result<Vec<SearchHit>, StoreError> {
+        let mut q = sqlx::query_as(sqlx::AssertSqlSafe(sql))
+            .bind(fts.to_owned())
+            .bind(query.source.map(Platform::as_str))
+            .bind(query.role.map(Role::as_str))
+            .bind(query.user_id.clone())
+            .bind(query.session_id.clone())
+            .bind(i64::from(query.limit))
+            .bind(query.mark_open.clone())
+            .bind(query.mark_close.clone());
+        for word in words {
+            q = q.bind(word.clone());
+        }
+        Ok(q.fetch_all(&self.inner.pool).await?)
+    }
+}
+
+/// Characters of scripts written without spaces between words: U+2E80..U+9FFF (radicals,
+/// kana, ideographs), Hangul syllables and compatibility ideographs. Must match the GLOB class
+/// of the `messages_cjk` triggers.
+fn is_cjk(c: char) -> bool {
+    matches!(c, '\u{2E80}'..='\u{9FFF}' | '\u{AC00}'..='\u{D7AF}' | '\u{F900}'..='\u{FAFF}')
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,30 +186,80 @@ enum Item {
 /// prefix. `AND`, `OR` and `NOT` (upper case, as FTS5 spells them) keep their meaning between
 /// two terms and are dropped at the ends; parentheses and other punctuation only separate.
 pub fn sanitize_query(input: &str) -> Option<String> {
+    render_fts(&items(input))
+}
+
+/// Joins phrases with their operators, dropping operators that have no term on either side.
+fn join(
+    items: &[Item],
+    mut term: impl FnMut(&str, bool) -> String,
+    op: fn(Op) -> &'static str,
+) -> String {
     let mut out = String::new();
     let mut pending: Option<Op> = None;
-    for item in items(input) {
+    for item in items {
         match item {
-            Item::Op(op) if !out.is_empty() => pending = Some(op),
+            Item::Op(o) if !out.is_empty() => pending = Some(*o),
             Item::Op(_) => {}
             Item::Phrase { text, prefix } => {
                 if !out.is_empty() {
-                    out.push_str(match pending.take().unwrap_or(Op::And) {
-                        Op::And => " AND ",
-                        Op::Or => " OR ",
-                        Op::Not => " NOT ",
-                    });
+                    out.push_str(op(pending.take().unwrap_or(Op::And)));
                 }
-                out.push('"');
-                out.push_str(&text.replace('"', "\"\""));
-                out.push('"');
-                if prefix {
-                    out.push('*');
-                }
+                out.push_str(&term(text, *prefix));
             }
         }
     }
+    out
+}
+
+fn render_fts(items: &[Item]) -> Option<String> {
+    let out = join(
+        items,
+        |text, prefix| {
+            let star = if prefix { "*" } else { "" };
+            format!("\"{}\"{star}", text.replace('"', "\"\""))
+        },
+        |op| match op {
+            Op::And => " AND ",
+            Op::Or => " OR ",
+            Op::Not => " NOT ",
+        },
+    );
     (!out.is_empty()).then_some(out)
+}
+
+/// The same boolean shape as [`render_fts`] over literal substring tests, and the words to
+/// bind to them (from ?9 on). SQL's NOT, AND, OR precedence is the same as FTS5's.
+fn literal_condition(items: &[Item]) -> (String, Vec<String>) {
+    let mut words = Vec::new();
+    let condition = join(
+        items,
+        |text, _| {
+            words.push(text.to_owned());
+            format!("instr(m.content, ?{}) > 0", 8 + words.len())
+        },
+        |op| match op {
+            Op::And => " AND ",
+            Op::Or => " OR ",
+            Op::Not => " AND NOT ",
+        },
+    );
+    (condition, words)
+}
+
+/// A snippet around the first literal hit, hits marked.
+fn literal_snippet(content: &str, words: &[String], query: &SearchQuery) -> String {
+    let first = words.iter().filter_map(|w| content.find(w.as_str())).min().unwrap_or(0);
+    let start = content[..first].char_indices().rev().nth(15).map_or(0, |(i, _)| i);
+    let end = content[first..].char_indices().nth(48).map_or(content.len(), |(i, _)| first + i);
+    let mut snippet = content[start..end].to_owned();
+    for word in words.iter().filter(|w| !w.is_empty()) {
+        snippet = snippet
+            .replace(word.as_str(), &format!("{}{word}{}", query.mark_open, query.mark_close));
+    }
+    let before = if start > 0 { "…" } else { "" };
+    let after = if end < content.len() { "…" } else { "" };
+    format!("{before}{snippet}{after}")
 }
 
 /// Splits typed text into phrases and operators.

@@ -31,7 +31,8 @@ async fn a_newer_database_is_refused_and_left_alone() {
     store.close().await;
     let path = dir.path().join("state.db");
     let future = Store::known_schema_version() + 1;
-    let mut conn = SqliteConnection::connect(&format!("sqlite://{}", path.display())).await.unwrap();
+    let mut conn =
+        SqliteConnection::connect(&format!("sqlite://{}", path.display())).await.unwrap();
     sqlx::query(
         "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time)
          VALUES (?, 'from the future', 1, x'00', 0)",

@@ -20,6 +20,7 @@ async fn corpus() -> (Store, tempfile::TempDir) {
                 "my cat knocked the router off the shelf (again)",
                 "聊天记录，记忆断裂问题复现了",
                 "emoji 🎉 party at the café",
+                "下周一起测试通信协议",
             ]),
         )
         .await
@@ -79,6 +80,14 @@ async fn hostile_input_never_errors() {
         ("{router}", 3),
         ("router:", 3),
         ("\\", 0),
+        ("记忆断裂", 1),
+        ("通信", 1),
+        ("复现", 1),
+        ("记忆断裂 OR 通信", 2),
+        ("记忆断裂 OR router", 4),
+        ("通信 router", 0),
+        ("记忆断裂问题 NOT 通信", 1),
+        ("協議", 0),
     ];
     let mut wrong = Vec::new();
     for (input, expected) in table {
@@ -88,6 +97,9 @@ async fn hostile_input_never_errors() {
         }
     }
     assert!(wrong.is_empty(), "{wrong:#?}");
+    // Words inside unspaced text are found and marked, by the trigram index or literally.
+    assert!(search(&store, "记忆断裂").await[0].snippet.contains("**记忆断裂**"));
+    assert!(search(&store, "通信").await[0].snippet.contains("**通信**"));
     // The index survived all of that.
     assert_eq!(search(&store, "router").await.len(), 3);
 }

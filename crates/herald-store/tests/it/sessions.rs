@@ -107,7 +107,8 @@ async fn list_filters_and_orders_newest_first() {
     let all = store.list_sessions(&SessionFilter::default()).await.unwrap();
     let ids: Vec<&str> = all.iter().map(|s| s.id.as_str()).collect();
     assert_eq!(ids, [c.id.as_str(), b.id.as_str(), a.id.as_str()]);
-    let filter = SessionFilter { source: Some(Platform::Telegram), limit: Some(1), ..Default::default() };
+    let filter =
+        SessionFilter { source: Some(Platform::Telegram), limit: Some(1), ..Default::default() };
     let telegram = store.list_sessions(&filter).await.unwrap();
     assert_eq!(telegram.len(), 1);
     assert_eq!(telegram[0].id, c.id);
@@ -139,7 +140,10 @@ async fn deleting_a_parent_clears_the_childs_pointer() {
     let (store, _dir) = fresh().await;
     let parent = store.create_session(&session_for(Platform::Telegram, "p")).await.unwrap();
     store.append_messages(&parent.id, turn(1)).await.unwrap();
-    let child = NewSession { parent_session_id: Some(parent.id.clone()), ..session_for(Platform::Telegram, "p") };
+    let child = NewSession {
+        parent_session_id: Some(parent.id.clone()),
+        ..session_for(Platform::Telegram, "p")
+    };
     let child = store.create_session(&child).await.unwrap();
     assert_eq!(store.delete_session(&parent.id).await.unwrap(), 4);
     assert!(store.session(&parent.id).await.unwrap().is_none());
