@@ -1,4 +1,5 @@
 //! Store behaviour against real SQLite files: one test binary, one module per concern.
+#![allow(clippy::unwrap_used)]
 
 mod busy;
 mod concurrency;
