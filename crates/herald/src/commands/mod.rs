@@ -1,0 +1,49 @@
+//! The commands: each writes its output for people or, with `--json`, for scripts, to the
+//! writer it is given (stdout), and returns the exit code.
+
+pub mod config;
+pub mod doctor;
+mod export;
+mod search;
+mod sessions;
+mod show;
+
+use std::io::{self, BufWriter, Write};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use herald_store::Store;
+
+use crate::cli::{Command, ConfigCommand};
+use crate::config::Loaded;
+
+/// Runs a command (other than `config example`, which needs no config) on a small
+/// single-threaded runtime, writing to stdout.
+pub fn run(command: Command, loaded: &Loaded) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("could not start the async runtime")?;
+    let mut out = BufWriter::new(io::stdout().lock());
+    let code = runtime.block_on(dispatch(command, loaded, &mut out))?;
+    out.flush()?;
+    Ok(code)
+}
+
+async fn dispatch(
+    command: Command,
+    loaded: &Loaded,
+    out: &mut dyn Write,
+) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Config(ConfigCommand::Check) => config::check(loaded, out),
+        Command::Config(ConfigCommand::Example) => config::write_example(out),
+        Command::Doctor { json } => doctor::run(loaded, json, out).await,
+        Command::Sessions(command) => {
+            let store = Store::open(loaded.config.store_options()).await?;
+            let result = sessions::run(&store, command, out).await;
+            store.close().await;
+            result.map(|()| ExitCode::SUCCESS)
+        }
+    }
+}

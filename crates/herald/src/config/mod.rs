@@ -1,0 +1,184 @@
+//! The configuration file of SPEC section 3: one strict TOML file, every key optional.
+//!
+//! Parsing is strict (`deny_unknown_fields` everywhere) and every problem becomes one
+//! [`ConfigError`] line naming the file, the dotted key, the line and the fix. Secrets are
+//! never in the file: sections name the environment variables that hold them.
+
+mod error;
+mod load;
+mod platforms;
+mod secret;
+mod spans;
+mod validate;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use herald_store::StoreOptions;
+use serde::Deserialize;
+
+pub use error::ConfigError;
+pub use load::{Env, Loaded, candidates, load, parse};
+pub use platforms::{DiscordConfig, DmPolicy, SlackConfig, TelegramConfig};
+pub use secret::{MissingSecret, Secret, SecretRef, check_secrets, resolve};
+
+/// `config/herald.example.toml`: every key, commented, set to its default.
+pub const EXAMPLE: &str = include_str!("../../../../config/herald.example.toml");
+
+/// The persona used when `[agent]` sets neither `persona` nor `persona_file`.
+pub const DEFAULT_PERSONA: &str = "You are Herald, a concise and helpful assistant.";
+
+/// The whole configuration; a missing section means its defaults.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Where the session store lives and how patient its writes are.
+    pub store: StoreConfig,
+    /// The OpenAI-compatible model endpoint.
+    pub model: ModelConfig,
+    /// What the agent is told about itself.
+    pub agent: AgentConfig,
+    /// The daemon's concurrency, queueing and shutdown.
+    pub gateway: GatewayConfig,
+    /// The Telegram bot, enabled by the section's presence.
+    pub telegram: Option<TelegramConfig>,
+    /// The Discord bot, enabled by the section's presence.
+    pub discord: Option<DiscordConfig>,
+    /// The Slack app, enabled by the section's presence.
+    pub slack: Option<SlackConfig>,
+}
+
+/// `[store]`: the SQLite session store.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreConfig {
+    /// The database file; after loading always absolute, `~` expanded
+    /// (default `$HERALD_HOME/state.db`).
+    pub path: PathBuf,
+    /// SQLite's own busy wait per attempt, in milliseconds.
+    pub busy_timeout_ms: u64,
+    /// Total time one write keeps retrying before it fails, in milliseconds.
+    pub write_patience_ms: u64,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        // The empty path stands for "not set"; loading replaces it with the default.
+        StoreConfig { path: PathBuf::new(), busy_timeout_ms: 1000, write_patience_ms: 20_000 }
+    }
+}
+
+/// `[model]`: the OpenAI-compatible endpoint the agent talks to.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ModelConfig {
+    /// The API root, ending before `/chat/completions`.
+    pub base_url: String,
+    /// The model name sent with every request.
+    pub model: String,
+    /// The environment variable holding the API key (may be unset for local servers).
+    pub api_key_env: String,
+    /// How long one model request may take, in seconds.
+    pub request_timeout_s: u64,
+    /// The most model calls for one inbound message.
+    pub max_iterations: u32,
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        ModelConfig {
+            base_url: "https://api.openai.com/v1".into(),
+            model: "gpt-4o-mini".into(),
+            api_key_env: "HERALD_API_KEY".into(),
+            request_timeout_s: 120,
+            max_iterations: 90,
+        }
+    }
+}
+
+/// `[agent]`: the persona, inline or from a file (not both).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentConfig {
+    /// The persona text.
+    pub persona: Option<String>,
+    /// A file holding the persona text; after loading absolute, `~` expanded.
+    pub persona_file: Option<PathBuf>,
+}
+
+impl AgentConfig {
+    /// The persona text: inline, read from `persona_file`, or [`DEFAULT_PERSONA`].
+    pub fn persona_text(&self) -> std::io::Result<String> {
+        match (&self.persona, &self.persona_file) {
+            (Some(text), _) => Ok(text.clone()),
+            (None, Some(file)) => std::fs::read_to_string(file),
+            (None, None) => Ok(DEFAULT_PERSONA.to_owned()),
+        }
+    }
+}
+
+/// `[gateway]`: the daemon's limits and behaviour.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GatewayConfig {
+    /// The most agent runs at once, across all sessions.
+    pub max_concurrent_runs: u32,
+    /// What a message does while its session's agent is running.
+    pub busy_input: BusyInput,
+    /// In groups, whether each user gets their own session.
+    pub group_sessions_per_user: bool,
+    /// On shutdown, how long running turns may finish, in seconds.
+    pub drain_timeout_s: u64,
+    /// Where to serve `/healthz` and `/metrics` (off when unset).
+    pub health_listen: Option<SocketAddr>,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        GatewayConfig {
+            max_concurrent_runs: 16,
+            busy_input: BusyInput::Queue,
+            group_sessions_per_user: true,
+            drain_timeout_s: 30,
+            health_listen: None,
+        }
+    }
+}
+
+/// What a message arriving while its session runs does.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BusyInput {
+    /// Waits its turn; every message is answered in order.
+    #[default]
+    Queue,
+    /// Stops the running turn at the next boundary and is answered instead.
+    Interrupt,
+}
+
+impl Config {
+    /// The `[store]` section as the store's open options.
+    pub fn store_options(&self) -> StoreOptions {
+        StoreOptions {
+            busy_timeout: Duration::from_millis(self.store.busy_timeout_ms),
+            write_patience: Duration::from_millis(self.store.write_patience_ms),
+            ..StoreOptions::new(&self.store.path)
+        }
+    }
+
+    /// The names of the platforms whose sections are present, in display order.
+    pub fn platforms(&self) -> Vec<&'static str> {
+        [
+            self.telegram.as_ref().map(|_| "telegram"),
+            self.discord.as_ref().map(|_| "discord"),
+            self.slack.as_ref().map(|_| "slack"),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,195 @@
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::load::candidates;
+use super::*;
+
+const FILE: &str = "/etc/herald/config.toml";
+
+fn env() -> Env {
+    Env::fixed(&[("HOME", "/home/ann")])
+}
+
+fn parsed(source: &str) -> Result<Config, ConfigError> {
+    parse(source, Path::new(FILE), &env())
+}
+
+/// The defaults, with paths resolved as for `env()`.
+fn defaults() -> Config {
+    let mut config = Config::default();
+    config.store.path = "/home/ann/.local/share/herald/state.db".into();
+    config
+}
+
+/// The one-line error for `source`, asserting it names `key` and `line`.
+#[track_caller]
+fn check_error(source: &str, key: &str, line: usize, says: &str) {
+    let err = parsed(source).expect_err("the config should be refused");
+    let text = err.to_string();
+    assert_eq!(err.key(), Some(key), "{text}");
+    assert_eq!(err.line(), Some(line), "{text}");
+    assert!(text.starts_with(&format!("{FILE}:{line}:")), "{text}");
+    assert!(text.contains(says), "{text} should say {says:?}");
+    assert!(!text.contains('\n'), "{text}");
+}
+
+#[test]
+fn the_example_is_valid_and_all_defaults() {
+    assert_eq!(parsed(EXAMPLE).unwrap(), defaults());
+    assert_eq!(parsed("").unwrap(), defaults());
+}
+
+#[test]
+fn the_example_platforms_uncommented_are_valid_defaults() {
+    let start = EXAMPLE.find("# [telegram]").expect("the example has a telegram section");
+    let platforms: String = EXAMPLE[start..]
+        .lines()
+        .map(|line| line.strip_prefix("# ").unwrap_or(line))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    let config = parsed(&format!("{}{platforms}", &EXAMPLE[..start])).unwrap();
+    assert_eq!(config.telegram, Some(TelegramConfig::default()));
+    assert_eq!(config.discord, Some(DiscordConfig::default()));
+    assert_eq!(config.slack, Some(SlackConfig::default()));
+    assert_eq!(config.platforms(), ["telegram", "discord", "slack"]);
+    assert_eq!(config.secrets().len(), 5);
+}
+
+#[test]
+fn every_section_parses() {
+    let config = parsed(
+        r#"
+        [store]
+        path = "~/data/herald.db"
+        busy_timeout_ms = 500
+        write_patience_ms = 500
+        [model]
+        base_url = "http://127.0.0.1:11434/v1"
+        model = "llama3"
+        api_key_env = "OLLAMA_KEY"
+        request_timeout_s = 5
+        max_iterations = 3
+        [agent]
+        persona = "You are terse."
+        [gateway]
+        max_concurrent_runs = 2
+        busy_input = "interrupt"
+        group_sessions_per_user = false
+        drain_timeout_s = 1
+        health_listen = "127.0.0.1:9464"
+        [telegram]
+        allowed_users = ["1", "*"]
+        dm_policy = "allowlist"
+        require_mention = false
+        [slack]
+        dm_policy = "open"
+        "#,
+    )
+    .unwrap();
+    assert_eq!(config.store.path, PathBuf::from("/home/ann/data/herald.db"));
+    let options = config.store_options();
+    assert_eq!(options.busy_timeout, Duration::from_millis(500));
+    assert_eq!(options.write_patience, Duration::from_millis(500));
+    assert_eq!(options.path, config.store.path);
+    assert_eq!(config.model.model, "llama3");
+    assert_eq!(config.agent.persona_text().unwrap(), "You are terse.");
+    assert_eq!(config.gateway.busy_input, BusyInput::Interrupt);
+    assert_eq!(config.gateway.health_listen, Some("127.0.0.1:9464".parse().unwrap()));
+    let telegram = config.telegram.unwrap();
+    assert_eq!(telegram.allowed_users, ["1", "*"]);
+    assert_eq!(telegram.dm_policy, DmPolicy::Allowlist);
+    assert_eq!(telegram.token_env, "TELEGRAM_BOT_TOKEN");
+    assert_eq!(config.slack.unwrap().dm_policy, DmPolicy::Open);
+    assert_eq!(config.discord, None);
+}
+
+#[test]
+fn type_errors_name_key_and_line() {
+    check_error("[store]\nbusy_timout_ms = 5\n", "store.busy_timout_ms", 2, "unknown key");
+    check_error("[modle]\nmodel = \"x\"\n", "modle", 1, "use one of `store`");
+    check_error(
+        "[store]\nbusy_timeout_ms = \"fast\"\n",
+        "store.busy_timeout_ms",
+        2,
+        "whole number",
+    );
+    check_error("\n[gateway]\nbusy_input = \"fifo\"\n", "gateway.busy_input", 3, "`queue`");
+    check_error("[telegram]\nallowed_users = [12]\n", "telegram.allowed_users[0]", 2, "quoted");
+    check_error("[gateway]\nhealth_listen = \"9464\"\n", "gateway.health_listen", 2, "address");
+    check_error("[store]\nbusy_timeout_ms = -1\n", "store.busy_timeout_ms", 2, "-1");
+}
+
+#[test]
+fn value_problems_name_key_and_line() {
+    check_error("[model]\nbase_url = \"ftp://x\"\n", "model.base_url", 2, "https://");
+    check_error("[discord]\napi_url = \"discord.com\"\n", "discord.api_url", 2, "http://");
+    check_error("[store]\nbusy_timeout_ms = 0\n", "store.busy_timeout_ms", 2, "more than 0");
+    check_error("[model]\nrequest_timeout_s = 0\n", "model.request_timeout_s", 2, "more than 0");
+    check_error("[gateway]\ndrain_timeout_s = 0\n", "gateway.drain_timeout_s", 2, "more than 0");
+    check_error(
+        "[store]\nbusy_timeout_ms = 5000\nwrite_patience_ms = 1000\n",
+        "store.write_patience_ms",
+        3,
+        "shorter than store.busy_timeout_ms",
+    );
+    check_error(
+        "[agent]\npersona = \"a\"\npersona_file = \"/p.md\"\n",
+        "agent.persona_file",
+        3,
+        "not both",
+    );
+    check_error("[agent]\npersona_file = \"/nowhere/p.md\"\n", "agent.persona_file", 2, "exist");
+    let pasted = "[telegram]\ntoken_env = \"123456:AAH-secret\"\n";
+    check_error(pasted, "telegram.token_env", 2, "name of an environment variable");
+    assert!(!parsed(pasted).unwrap_err().to_string().contains("secret\""));
+}
+
+#[test]
+fn syntax_errors_are_one_line_with_a_line_number() {
+    let err = parsed("[store]\npath = \"unterminated\n").unwrap_err();
+    assert_eq!(err.line(), Some(2), "{err}");
+    assert!(!err.to_string().contains('\n'), "{err}");
+    let err = parsed("[store]\nbusy_timeout_ms = 1\nbusy_timeout_ms = 2\n").unwrap_err();
+    assert!(err.to_string().contains("duplicate key"), "{err}");
+}
+
+#[test]
+fn lookup_order_and_default_paths() {
+    let xdg = Env::fixed(&[("HOME", "/home/ann"), ("XDG_CONFIG_HOME", "/cfg")]);
+    assert_eq!(
+        candidates(&xdg),
+        [PathBuf::from("/cfg/herald/config.toml"), PathBuf::from("/etc/herald/config.toml")]
+    );
+    assert_eq!(candidates(&env())[0], PathBuf::from("/home/ann/.config/herald/config.toml"));
+
+    let home = Env::fixed(&[("HOME", "/home/ann"), ("HERALD_HOME", "~/h")]);
+    let config = parse("", Path::new("/x/c.toml"), &home).unwrap();
+    assert_eq!(config.store.path, PathBuf::from("/home/ann/h/state.db"));
+    let data = Env::fixed(&[("HOME", "/home/ann"), ("XDG_DATA_HOME", "/data")]);
+    let config = parse("[store]\npath = \"rel/s.db\"\n", Path::new("/x/c.toml"), &data).unwrap();
+    assert_eq!(config.store.path, PathBuf::from("/x/rel/s.db"));
+    let config = parse("", Path::new("/x/c.toml"), &data).unwrap();
+    assert_eq!(config.store.path, PathBuf::from("/data/herald/state.db"));
+}
+
+#[test]
+fn named_files_must_exist() {
+    let err = load(Some(Path::new("/nowhere/herald.toml")), &env()).unwrap_err();
+    assert!(err.to_string().contains("/nowhere/herald.toml (from --config) does not exist"));
+    let named = Env::fixed(&[("HOME", "/home/ann"), ("HERALD_CONFIG", "/nowhere/h.toml")]);
+    let err = load(None, &named).unwrap_err();
+    assert!(err.to_string().contains("(from $HERALD_CONFIG) does not exist"), "{err}");
+}
+
+#[test]
+fn no_file_means_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().to_str().unwrap();
+    let isolated = Env::fixed(&[("HOME", home), ("XDG_CONFIG_HOME", home)]);
+    if Path::new("/etc/herald/config.toml").exists() {
+        return; // this machine has a system config, which would rightly be read
+    }
+    let loaded = load(None, &isolated).unwrap();
+    assert_eq!(loaded.path, None);
+    assert_eq!(loaded.config.store.path, dir.path().join(".local/share/herald/state.db"));
+}

@@ -1,0 +1,127 @@
+//! The checks that types alone cannot make: positive timeouts, http(s) URLs, variable
+//! names, and keys that exclude each other.
+
+use std::path::Path;
+
+use super::{Config, ConfigError};
+
+/// Returns the first problem in a parsed, resolved config.
+pub(crate) fn check(config: &Config, file: &Path, source: &str) -> Result<(), ConfigError> {
+    let at = |key: &str, problem: String| ConfigError::at_key(file, source, key, problem);
+    let positive = |key: &str, value: u64, example: &str| match value {
+        0 => Err(at(key, format!("must be more than 0; use a value like {example}"))),
+        _ => Ok(()),
+    };
+    let url = |key: &str, value: &str, example: &str| match is_http_url(value) {
+        true => Ok(()),
+        false => Err(at(
+            key,
+            format!("`{value}` is not an http:// or https:// URL; write it like \"{example}\""),
+        )),
+    };
+    let var = |key: &str, value: &str| match is_env_name(value) {
+        true => Ok(()),
+        // The value is not echoed: someone may have pasted the token itself here.
+        false => Err(at(
+            key,
+            "must be the name of an environment variable (letters, digits and _), not the \
+             secret itself; put the secret in that variable"
+                .to_owned(),
+        )),
+    };
+
+    let store = &config.store;
+    positive("store.busy_timeout_ms", store.busy_timeout_ms, "1000")?;
+    positive("store.write_patience_ms", store.write_patience_ms, "20000")?;
+    if store.write_patience_ms < store.busy_timeout_ms {
+        return Err(at(
+            "store.write_patience_ms",
+            format!(
+                "{} ms is shorter than store.busy_timeout_ms ({} ms); make it at least as long",
+                store.write_patience_ms, store.busy_timeout_ms
+            ),
+        ));
+    }
+
+    let model = &config.model;
+    url("model.base_url", &model.base_url, "https://api.openai.com/v1")?;
+    if model.model.trim().is_empty() {
+        return Err(at("model.model", "is empty; name the model, like \"gpt-4o-mini\"".into()));
+    }
+    var("model.api_key_env", &model.api_key_env)?;
+    positive("model.request_timeout_s", model.request_timeout_s, "120")?;
+    positive("model.max_iterations", model.max_iterations.into(), "90")?;
+
+    let agent = &config.agent;
+    if agent.persona.is_some() && agent.persona_file.is_some() {
+        return Err(at(
+            "agent.persona_file",
+            "set either agent.persona or agent.persona_file, not both; remove one".into(),
+        ));
+    }
+    if let Some(path) = agent.persona_file.as_ref().filter(|p| !p.is_file()) {
+        return Err(at(
+            "agent.persona_file",
+            format!("{} does not exist; create it, or use agent.persona", path.display()),
+        ));
+    }
+
+    let gateway = &config.gateway;
+    positive("gateway.max_concurrent_runs", gateway.max_concurrent_runs.into(), "16")?;
+    positive("gateway.drain_timeout_s", gateway.drain_timeout_s, "30")?;
+
+    if let Some(t) = &config.telegram {
+        var("telegram.token_env", &t.token_env)?;
+        url("telegram.api_url", &t.api_url, "https://api.telegram.org")?;
+    }
+    if let Some(d) = &config.discord {
+        var("discord.token_env", &d.token_env)?;
+        url("discord.api_url", &d.api_url, "https://discord.com")?;
+    }
+    if let Some(s) = &config.slack {
+        var("slack.bot_token_env", &s.bot_token_env)?;
+        var("slack.app_token_env", &s.app_token_env)?;
+        url("slack.api_url", &s.api_url, "https://slack.com/api")?;
+    }
+    Ok(())
+}
+
+/// `http://host...` or `https://host...`, without spaces.
+fn is_http_url(value: &str) -> bool {
+    let lower = value.to_ascii_lowercase();
+    let rest = lower.strip_prefix("https://").or_else(|| lower.strip_prefix("http://"));
+    rest.is_some_and(|rest| {
+        let host = rest.split(['/', '?', '#']).next().unwrap_or("");
+        !host.is_empty() && !value.contains(char::is_whitespace)
+    })
+}
+
+/// A portable environment variable name: `[A-Za-z_][A-Za-z0-9_]*`.
+fn is_env_name(value: &str) -> bool {
+    let mut chars = value.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_must_be_http() {
+        for good in ["https://api.openai.com/v1", "http://127.0.0.1:8080", "HTTPS://x.io"] {
+            assert!(is_http_url(good), "{good}");
+        }
+        for bad in ["ftp://x", "api.openai.com", "https://", "http:///v1", "https://a b", ""] {
+            assert!(!is_http_url(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn variable_names() {
+        assert!(is_env_name("TELEGRAM_BOT_TOKEN") && is_env_name("_x1"));
+        for bad in ["", "1ABC", "123456:ABC-DEF", "MY VAR", "xoxb-1-2"] {
+            assert!(!is_env_name(bad), "{bad}");
+        }
+    }
+}

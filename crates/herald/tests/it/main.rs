@@ -1,0 +1,9 @@
+//! End-to-end tests of the `herald` binary: each runs the real executable against a store
+//! prepared in a temporary directory, with HOME and the XDG variables pointed there too.
+
+mod common;
+mod config;
+mod doctor;
+mod export;
+mod search;
+mod sessions;
