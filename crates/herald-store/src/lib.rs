@@ -17,7 +17,7 @@ mod time;
 mod write;
 
 pub use error::StoreError;
-pub use messages::{Appended, NewMessage, StoredMessage};
+pub use messages::{Appended, NewMessage, StoredMessage, TokenUsage};
 pub use open::{Store, StoreOptions};
 pub use raw::write_turns_raw;
 pub use search::{SearchHit, SearchQuery, sanitize_query};

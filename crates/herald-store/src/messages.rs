@@ -119,6 +119,16 @@ pub(crate) struct Append {
     pub(crate) session_id: String,
     pub(crate) messages: Vec<NewMessage>,
     pub(crate) dedupe: Option<(Platform, String)>,
+    pub(crate) usage: TokenUsage,
+}
+
+/// Tokens the model reported for a turn, added to the session's totals.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TokenUsage {
+    /// Prompt tokens.
+    pub input: i64,
+    /// Completion tokens.
+    pub output: i64,
 }
 
 /// What an append did.
@@ -137,7 +147,18 @@ impl Store {
         session_id: &str,
         messages: Vec<NewMessage>,
     ) -> Result<Vec<i64>, StoreError> {
-        let append = Append { session_id: session_id.to_owned(), messages, dedupe: None };
+        self.append_turn(session_id, messages, TokenUsage::default()).await
+    }
+
+    /// Appends a turn's new messages and adds the tokens it used to the session's totals, in
+    /// one transaction.
+    pub async fn append_turn(
+        &self,
+        session_id: &str,
+        messages: Vec<NewMessage>,
+        usage: TokenUsage,
+    ) -> Result<Vec<i64>, StoreError> {
+        let append = Append { session_id: session_id.to_owned(), messages, dedupe: None, usage };
         match self.append(append).await? {
             Appended::Stored(ids) => Ok(ids),
             Appended::Duplicate => Ok(Vec::new()),
@@ -158,6 +179,7 @@ impl Store {
             session_id: session_id.to_owned(),
             messages: vec![message],
             dedupe: Some((platform, platform_message_id.to_owned())),
+            usage: TokenUsage::default(),
         })
         .await
     }
@@ -201,10 +223,13 @@ pub(crate) async fn apply_append(
     let tool_calls: i64 = append.messages.iter().map(NewMessage::tool_call_count).sum();
     let found = sqlx::query(
         "UPDATE sessions SET message_count = message_count + ?, tool_call_count = tool_call_count + ?,
+                input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,
                 updated_at = ? WHERE id = ?",
     )
     .bind(count)
     .bind(tool_calls)
+    .bind(append.usage.input)
+    .bind(append.usage.output)
     .bind(now)
     .bind(&append.session_id)
     .execute(&mut *conn)

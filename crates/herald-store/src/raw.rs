@@ -34,7 +34,12 @@ pub async fn write_turns_raw(
         tx.commit().await?;
         session
     };
-    let append = Append { session_id: session.id, messages: turn.to_vec(), dedupe: None };
+    let append = Append {
+        session_id: session.id,
+        messages: turn.to_vec(),
+        dedupe: None,
+        usage: Default::default(),
+    };
     let started = Instant::now();
     for _ in 0..turns {
         let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;

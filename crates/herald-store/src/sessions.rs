@@ -187,6 +187,25 @@ impl Store {
         write_tx!(self, |conn| end_session(conn, id, reason))
     }
 
+    /// Opens an ended session again (resuming it), forgetting how it ended.
+    pub async fn reopen_session(&self, id: &str) -> Result<(), StoreError> {
+        let found = write_tx!(self, |conn| async {
+            let found = sqlx::query(
+                "UPDATE sessions SET ended_at = NULL, end_reason = NULL, updated_at = ? WHERE id = ?",
+            )
+            .bind(now_ms())
+            .bind(id)
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+            Ok::<_, StoreError>(found)
+        })?;
+        if found == 0 {
+            return Err(StoreError::SessionNotFound(id.to_owned()));
+        }
+        Ok(())
+    }
+
     /// Sets a session's title, or clears it when `title` is empty. Titles are unique.
     pub async fn rename_session(&self, id: &str, title: &str) -> Result<(), StoreError> {
         let title = title.trim();

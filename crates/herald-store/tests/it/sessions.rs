@@ -189,3 +189,17 @@ async fn stats_count_sessions_and_messages() {
     assert_eq!(stats.by_source[0].messages, 8);
     assert!(stats.size_bytes > 0);
 }
+
+#[tokio::test]
+async fn turns_add_their_tokens_and_sessions_reopen() {
+    let (store, _dir) = fresh().await;
+    let s = store.create_session(&session_for(Platform::Cli, "me")).await.unwrap();
+    let usage = herald_store::TokenUsage { input: 120, output: 30 };
+    store.append_turn(&s.id, turn(1), usage).await.unwrap();
+    store.append_turn(&s.id, turn(2), usage).await.unwrap();
+    store.end_session(&s.id, "cli exit").await.unwrap();
+    store.reopen_session(&s.id).await.unwrap();
+    let s = store.session(&s.id).await.unwrap().unwrap();
+    assert_eq!((s.input_tokens, s.output_tokens), (240, 60));
+    assert_eq!((s.ended_at, s.end_reason), (None, None));
+}
