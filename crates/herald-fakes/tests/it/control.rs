@@ -1,0 +1,80 @@
+use herald_fakes::FakeModel;
+use serde_json::{Value, json};
+
+use crate::{KEY, chat, message, post, user};
+
+/// Posts `body` to a control endpoint; its status.
+async fn control(fake: &FakeModel, path: &str, body: Value) -> u16 {
+    let url = format!("{}/_fake/{path}", fake.base_url().trim_end_matches("/v1"));
+    reqwest::Client::new().post(url).json(&body).send().await.unwrap().status().as_u16()
+}
+
+async fn read(fake: &FakeModel, path: &str) -> Value {
+    let url = format!("{}/_fake/{path}", fake.base_url().trim_end_matches("/v1"));
+    reqwest::get(url).await.unwrap().json().await.unwrap()
+}
+
+#[tokio::test]
+async fn the_server_is_scripted_and_read_over_http() {
+    let fake = FakeModel::start().await;
+    assert_eq!(
+        control(&fake, "fault", json!({"status": {"code": 429, "retry_after": 3}})).await,
+        200
+    );
+    assert_eq!(control(&fake, "reply", json!({"text": "scripted"})).await, 200);
+    let calls = json!({"tool_calls": [{"name": "current_time", "arguments": {}}, {"name": "session_search", "arguments": {"query": "q"}}]});
+    assert_eq!(control(&fake, "reply", calls).await, 200);
+
+    let limited = post(&fake, &json!({"model": "m", "messages": user("hi")})).await;
+    assert_eq!(
+        (limited.status().as_u16(), limited.headers()["retry-after"].to_str().unwrap()),
+        (429, "3")
+    );
+    assert_eq!(message(&chat(&fake, user("hi"), &[]).await)["content"], "scripted");
+    let completion = chat(&fake, user("hi"), &[]).await;
+    let arguments: Vec<&str> = message(&completion)["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["function"]["arguments"].as_str().unwrap())
+        .collect();
+    assert_eq!(arguments, ["{}", r#"{"query":"q"}"#]);
+
+    let requests = read(&fake, "requests").await;
+    assert_eq!(requests.as_array().unwrap().len(), 3);
+    assert_eq!(requests[0]["messages"][1]["content"], "hi");
+    assert_eq!(read(&fake, "authorizations").await, json!([KEY, KEY, KEY]));
+
+    assert_eq!(control(&fake, "reset", json!({})).await, 204);
+    assert_eq!(read(&fake, "requests").await, json!([]));
+    assert_eq!(fake.request_count(), 0);
+}
+
+#[tokio::test]
+async fn every_fault_kind_is_accepted_over_http() {
+    let fake = FakeModel::start().await;
+    for fault in [
+        json!({"delay_ms": 10}),
+        json!("malformed"),
+        json!("drop"),
+        json!({"status": {"code": 500, "body": "oops"}}),
+    ] {
+        assert_eq!(control(&fake, "fault", fault.clone()).await, 200, "{fault}");
+    }
+    assert_eq!(message(&chat(&fake, user("slow"), &[]).await)["content"], "echo: slow");
+    let malformed = post(&fake, &json!({"model": "m", "messages": user("x")})).await;
+    assert!(malformed.json::<Value>().await.is_err());
+}
+
+#[tokio::test]
+async fn a_bad_script_is_refused_and_changes_nothing() {
+    let fake = FakeModel::start().await;
+    assert_eq!(control(&fake, "reply", json!({"shout": "hi"})).await, 422);
+    assert_eq!(control(&fake, "fault", json!({"status": {"retry_after": 1}})).await, 422);
+    assert_eq!(
+        control(&fake, "reply", json!({"tool_calls": [{"id": "a", "name": "t"}, {"name": "u"}]}))
+            .await,
+        422
+    );
+    assert_eq!(message(&chat(&fake, user("plain"), &[]).await)["content"], "echo: plain");
+}
