@@ -41,6 +41,8 @@ impl Cli {
 /// herald's commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Talk to the agent in the terminal (a new session unless -c or -r)
+    Chat(ChatArgs),
     /// List, read, search, export and tidy stored sessions
     #[command(subcommand)]
     Sessions(SessionsCommand),
@@ -53,6 +55,20 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// `herald chat`.
+#[derive(Debug, Clone, Default, Args)]
+pub struct ChatArgs {
+    /// Continue the most recent terminal session
+    #[arg(short = 'c', long = "continue", conflicts_with = "resume")]
+    pub continue_last: bool,
+    /// Resume a session by id, unique id prefix, or title
+    #[arg(short, long, value_name = "ID|TITLE")]
+    pub resume: Option<String>,
+    /// Talk to this model instead of [model] model
+    #[arg(long, value_name = "M")]
+    pub model: Option<String>,
 }
 
 /// `herald sessions ...`.

@@ -36,6 +36,7 @@ async fn dispatch(
     out: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
     match command {
+        Command::Chat(args) => crate::chat::run(loaded, args).await,
         Command::Config(ConfigCommand::Check) => config::check(loaded, out),
         Command::Config(ConfigCommand::Example) => config::write_example(out),
         Command::Doctor { json } => doctor::run(loaded, json, out).await,

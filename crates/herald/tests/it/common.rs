@@ -72,6 +72,11 @@ impl World {
         self.extra_env.push((name.to_owned(), value.to_owned()));
     }
 
+    /// A copy of this world's settings with `USER` set, as the person at the terminal.
+    pub fn env_for(&self, user: &str) -> WorldView<'_> {
+        WorldView { world: self, user: user.to_owned() }
+    }
+
     /// Leaves HERALD_CONFIG unset in later runs, so herald looks for its config itself.
     pub fn unset_config_var(&mut self) {
         self.config_var = false;
@@ -79,6 +84,19 @@ impl World {
 
     /// Runs `herald ARGS` with nothing from the real environment.
     pub fn herald(&self, args: &[&str]) -> Run {
+        self.herald_with_input(args, None)
+    }
+
+    /// Runs `herald ARGS` with `input` piped to its stdin.
+    pub fn herald_input(&self, args: &[&str], input: &str) -> Run {
+        self.herald_with_input(args, Some(input))
+    }
+
+    fn herald_with_input(&self, args: &[&str], input: Option<&str>) -> Run {
+        self.run_as(args, input, None)
+    }
+
+    fn run_as(&self, args: &[&str], input: Option<&str>, user: Option<&str>) -> Run {
         let home = self.dir.path().join("home");
         let mut command = Command::new(env!("CARGO_BIN_EXE_herald"));
         command
@@ -88,14 +106,25 @@ impl World {
             .env("XDG_CONFIG_HOME", home.join(".config"))
             .env("XDG_DATA_HOME", home.join(".local/share"))
             .env("TZ", "UTC")
-            .stdin(Stdio::null());
+            .stdin(if input.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         if self.config_var {
             command.env("HERALD_CONFIG", &self.config);
         }
         for (name, value) in &self.extra_env {
             command.env(name, value);
         }
-        let output = command.output().expect("running herald");
+        if let Some(user) = user {
+            command.env("USER", user);
+        }
+        let mut child = command.spawn().expect("running herald");
+        if let Some(input) = input {
+            use std::io::Write;
+            let mut stdin = child.stdin.take().expect("a piped stdin");
+            stdin.write_all(input.as_bytes()).expect("writing herald's stdin");
+        }
+        let output = child.wait_with_output().expect("running herald");
         Run {
             code: output.status.code().unwrap_or(-1),
             stdout: String::from_utf8(output.stdout).expect("utf-8 stdout"),
@@ -155,6 +184,19 @@ impl World {
             store.append_messages(&discord.id, turn).await.expect("seeding the store");
             Seeded { telegram: telegram.id, cli: cli.id, discord: discord.id }
         })
+    }
+}
+
+/// A world run as one terminal user.
+pub struct WorldView<'a> {
+    world: &'a World,
+    user: String,
+}
+
+impl WorldView<'_> {
+    /// Runs `herald ARGS` as this user with `input` on stdin.
+    pub fn herald_input(&mut self, args: &[&str], input: &str) -> Run {
+        self.world.run_as(args, Some(input), Some(&self.user))
     }
 }
 

@@ -1,0 +1,158 @@
+//! `herald chat` as a child process with piped stdin, against the fake model.
+
+use herald_core::{Platform, Role};
+use herald_fakes::{FakeModel, Fault};
+use herald_store::SessionFilter;
+
+use crate::common::World;
+
+/// A running fake model and a world whose config points at it.
+struct Trial {
+    // Declared first so the fake stops before its runtime does.
+    fake: FakeModel,
+    world: World,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl Trial {
+    fn new(persona: &str) -> Trial {
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let fake = runtime.block_on(FakeModel::start());
+        let world = World::with_config(&config(&fake, persona));
+        Trial { fake, world, _runtime: runtime }
+    }
+
+    fn set_persona(&self, persona: &str) {
+        let text = format!(
+            "[store]\npath = \"{}\"\n{}",
+            self.world.db.display(),
+            config(&self.fake, persona)
+        );
+        std::fs::write(&self.world.config, text).unwrap();
+    }
+
+    fn chat(&self, args: &[&str], user: &str, input: &str) -> String {
+        let mut all = vec!["chat"];
+        all.extend_from_slice(args);
+        let mut world_env = self.world.env_for(user);
+        world_env.herald_input(&all, input).ok()
+    }
+
+    /// The system prompt of the n-th request the model received.
+    fn system_prompt(&self, n: usize) -> String {
+        self.fake.requests()[n]["messages"][0]["content"].as_str().unwrap().to_owned()
+    }
+}
+
+fn config(fake: &FakeModel, persona: &str) -> String {
+    format!(
+        "[model]\nbase_url = \"{}\"\nmodel = \"fake-model\"\n[agent]\npersona = \"{persona}\"\n",
+        fake.base_url()
+    )
+}
+
+#[test]
+fn continue_resumes_across_processes_and_stores_each_message_once() {
+    let trial = Trial::new("You are Herald.");
+    let first = trial.chat(&[], "ada", "my name is Ada\n/exit\n");
+    assert!(first.contains("echo: my name is Ada"), "{first}");
+    let second = trial.chat(&["--continue"], "ada", "what is my name?\n");
+    assert!(second.contains("resumed, 2 messages"), "{second}");
+
+    let last = trial.fake.requests().last().unwrap().clone();
+    let contents: Vec<&str> = last["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(&contents[1..], ["my name is Ada", "echo: my name is Ada", "what is my name?"]);
+
+    let sessions = trial.world.with_store(async |store| {
+        let sessions = store.list_sessions(&SessionFilter::default()).await.unwrap();
+        let history = store.history(&sessions[0].id).await.unwrap();
+        (sessions, history)
+    });
+    let (sessions, history) = sessions;
+    assert_eq!(sessions.len(), 1, "--continue made no new session");
+    assert_eq!(sessions[0].source, Platform::Cli);
+    assert_eq!(sessions[0].user_id.as_deref(), Some("ada"));
+    let texts: Vec<&str> = history.iter().map(|m| m.content.as_str()).collect();
+    assert_eq!(
+        texts,
+        ["my name is Ada", "echo: my name is Ada", "what is my name?", "echo: what is my name?"]
+    );
+    assert!(sessions[0].input_tokens > 0, "usage was recorded");
+}
+
+#[test]
+fn a_session_keeps_its_system_prompt_when_the_persona_changes() {
+    let trial = Trial::new("You are Herald the First.");
+    trial.chat(&[], "ada", "one\n");
+    trial.set_persona("You are Herald the Second.");
+    trial.chat(&["-c"], "ada", "two\n");
+    trial.chat(&[], "ada", "three\n");
+    let (first, second, fresh) =
+        (trial.system_prompt(0), trial.system_prompt(1), trial.system_prompt(2));
+    assert_eq!(first.as_bytes(), second.as_bytes(), "the same bytes on the second turn");
+    assert!(first.starts_with("You are Herald the First."));
+    assert!(fresh.starts_with("You are Herald the Second."), "a new session gets the new persona");
+}
+
+#[test]
+fn session_search_finds_only_the_askers_own_history() {
+    let trial = Trial::new("You are Herald.");
+    trial.chat(&[], "ada", "the wifi password is hunter2\n");
+    trial.chat(&[], "bob", "the wifi password is swordfish\n");
+    let answer = trial.chat(&[], "ada", "search for wifi password\n");
+    assert!(answer.contains("hunter2"), "{answer}");
+    assert!(!answer.contains("swordfish"), "another user's history leaked: {answer}");
+    let tool_result = trial.fake.requests().last().unwrap()["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(tool_result["role"], "tool");
+}
+
+#[test]
+fn titles_and_resume_by_title() {
+    let trial = Trial::new("You are Herald.");
+    let out = trial.chat(&[], "ada", "plan the trip\n/title trip\n/new\nsomething else\n");
+    assert!(out.contains("titled \"trip\""), "{out}");
+    let resumed = trial.chat(&["-r", "trip"], "ada", "where were we?\n");
+    assert!(resumed.contains("\"trip\" (resumed, 2 messages"), "{resumed}");
+    let sessions = trial
+        .world
+        .with_store(async |store| store.list_sessions(&SessionFilter::default()).await.unwrap());
+    assert_eq!(sessions.len(), 2);
+    let old = sessions.iter().find(|s| s.title.as_deref() == Some("trip")).unwrap();
+    assert_eq!(old.message_count, 4);
+}
+
+#[test]
+fn a_model_failure_is_one_line_and_saves_nothing() {
+    let trial = Trial::new("You are Herald.");
+    trial.fake.push_fault(Fault::Status { code: 401, retry_after: None, body: None });
+    let run = trial.world.env_for("ada").herald_input(&["chat"], "first try\nsecond try\n");
+    assert_eq!(run.code, 0, "{run:?}");
+    let errors: Vec<&str> = run.stderr.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(errors.len(), 1, "{run:?}");
+    assert!(errors[0].contains("api_key_env"), "{}", errors[0]);
+    assert!(run.stdout.contains("echo: second try"));
+    let history = trial.world.with_store(async |store| {
+        let s = store.list_sessions(&SessionFilter::default()).await.unwrap();
+        store.history(&s[0].id).await.unwrap()
+    });
+    let roles: Vec<Role> = history.iter().map(|m| m.role).collect();
+    assert_eq!(roles, [Role::User, Role::Assistant], "the failed turn left nothing behind");
+    assert_eq!(history[0].content, "second try");
+}
+
+#[test]
+fn without_a_model_it_says_what_to_configure() {
+    let world = World::new();
+    let line = world.herald_input(&["chat"], "hello\n").fails(2);
+    assert!(line.contains("HERALD_API_KEY") && line.contains("base_url"), "{line}");
+}
