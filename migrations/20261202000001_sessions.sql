@@ -38,9 +38,10 @@ CREATE INDEX sessions_by_user ON sessions (user_id);
 CREATE INDEX sessions_by_parent ON sessions (parent_session_id);
 CREATE INDEX sessions_by_key ON sessions (session_key);
 
--- id is the ordering key of a session's history.
+-- id is the ordering key of a session's history. AUTOINCREMENT: an id is never reused, so
+-- the search cursor below can tell indexed rows from new ones by id alone.
 CREATE TABLE messages (
-    id                  INTEGER PRIMARY KEY,
+    id                  INTEGER PRIMARY KEY AUTOINCREMENT,
     session_id          TEXT NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
     role                TEXT NOT NULL CHECK (role IN ('system', 'user', 'assistant', 'tool')),
     content             TEXT NOT NULL DEFAULT '',
@@ -49,12 +50,19 @@ CREATE TABLE messages (
     tool_name           TEXT,
     platform_message_id TEXT,
     token_count         INTEGER,
-    created_at          INTEGER NOT NULL
+    created_at          INTEGER NOT NULL,
+    -- 1 when the text holds Chinese, Japanese or Korean (see the trigram index)
+    cjk                 INTEGER NOT NULL DEFAULT 0
 ) STRICT;
 
 CREATE INDEX messages_by_session ON messages (session_id, id);
 
--- Full-text index over message text and tool names; the triggers keep it current.
+-- Full-text index over message text and tool names.
+--
+-- Indexing is deferred: a write commits the messages only, and the store indexes every message
+-- above search_cursor.upto in larger batches shortly after (and always before a search runs), so
+-- a busy gateway does not pay for tokenizing inside every turn's transaction. Rows at or below
+-- the cursor are in the index; the triggers keep those current when they change or go.
 CREATE VIRTUAL TABLE messages_fts USING fts5 (
     content,
     tool_name,
@@ -63,17 +71,21 @@ CREATE VIRTUAL TABLE messages_fts USING fts5 (
     tokenize = 'unicode61 remove_diacritics 2'
 );
 
-CREATE TRIGGER messages_fts_insert AFTER INSERT ON messages BEGIN
-    INSERT INTO messages_fts (rowid, content, tool_name)
-    VALUES (new.id, new.content, coalesce(new.tool_name, ''));
-END;
+CREATE TABLE search_cursor (
+    name TEXT PRIMARY KEY NOT NULL,
+    upto INTEGER NOT NULL
+) STRICT;
 
-CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
+INSERT INTO search_cursor (name, upto) VALUES ('messages', 0);
+
+CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages
+WHEN old.id <= (SELECT upto FROM search_cursor WHERE name = 'messages') BEGIN
     INSERT INTO messages_fts (messages_fts, rowid, content, tool_name)
     VALUES ('delete', old.id, old.content, coalesce(old.tool_name, ''));
 END;
 
-CREATE TRIGGER messages_fts_update AFTER UPDATE OF content, tool_name ON messages BEGIN
+CREATE TRIGGER messages_fts_update AFTER UPDATE OF content, tool_name ON messages
+WHEN old.id <= (SELECT upto FROM search_cursor WHERE name = 'messages') BEGIN
     INSERT INTO messages_fts (messages_fts, rowid, content, tool_name)
     VALUES ('delete', old.id, old.content, coalesce(old.tool_name, ''));
     INSERT INTO messages_fts (rowid, content, tool_name)

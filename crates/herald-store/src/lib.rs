@@ -6,6 +6,7 @@
 //! commit) so a busy gateway pays for one commit, not one per chat. Depends only on herald-core.
 
 mod error;
+mod index;
 mod messages;
 mod open;
 mod raw;

@@ -197,68 +197,176 @@ impl Store {
     }
 }
 
-/// Writes one append inside the caller's transaction.
-pub(crate) async fn apply_append(
+/// Most message rows per INSERT: 10 parameters each stays under SQLite's 32766.
+const ROWS_PER_INSERT: usize = 3000;
+
+/// Writes a batch of appends inside the caller's transaction with a handful of statements,
+/// whatever the batch size: which sessions exist, which inbound ids are new, every session's
+/// counters at once, every message at once. Each append gets its own result: a missing
+/// session fails that append alone, a redelivered inbound message is a duplicate.
+pub(crate) async fn apply_batch(
     conn: &mut SqliteConnection,
-    append: &Append,
-) -> Result<Appended, StoreError> {
+    batch: &[&Append],
+) -> Result<Vec<Result<Appended, StoreError>>, StoreError> {
     let now = now_ms();
-    if let Some((platform, id)) = &append.dedupe {
-        let fresh = sqlx::query(
-            "INSERT INTO processed_inbound (platform, message_id, session_id, received_at)
-             VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
-        )
-        .bind(platform.as_str())
-        .bind(id)
-        .bind(&append.session_id)
-        .bind(now)
-        .execute(&mut *conn)
-        .await?
-        .rows_affected();
-        if fresh == 0 {
-            return Ok(Appended::Duplicate);
+    let existing = existing_sessions(conn, batch).await?;
+    let mut fresh = new_inbound_ids(conn, batch, &existing, now).await?;
+    let mut results: Vec<Option<Result<Appended, StoreError>>> = Vec::with_capacity(batch.len());
+    let mut kept: Vec<&Append> = Vec::new();
+    for append in batch {
+        if !existing.contains(append.session_id.as_str()) {
+            results.push(Some(Err(StoreError::SessionNotFound(append.session_id.clone()))));
+        } else if append
+            .dedupe
+            .as_ref()
+            // Taken out when used: the same id twice in one batch stores the first only.
+            .is_some_and(|(p, id)| !fresh.remove(&(p.as_str(), id.as_str())))
+        {
+            results.push(Some(Ok(Appended::Duplicate)));
+        } else {
+            results.push(None);
+            kept.push(append);
         }
     }
-    let count = append.messages.len() as i64;
-    let tool_calls: i64 = append.messages.iter().map(NewMessage::tool_call_count).sum();
-    let found = sqlx::query(
-        "UPDATE sessions SET message_count = message_count + ?, tool_call_count = tool_call_count + ?,
-                input_tokens = input_tokens + ?, output_tokens = output_tokens + ?,
-                updated_at = ? WHERE id = ?",
-    )
-    .bind(count)
-    .bind(tool_calls)
-    .bind(append.usage.input)
-    .bind(append.usage.output)
-    .bind(now)
-    .bind(&append.session_id)
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
-    if found == 0 {
-        return Err(StoreError::SessionNotFound(append.session_id.clone()));
+    update_counters(conn, &kept, now).await?;
+    let mut ids = insert_messages(conn, &kept, now).await?.into_iter();
+    Ok(results
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| Ok(Appended::Stored(ids.next().unwrap_or_default()))))
+        .collect())
+}
+
+async fn existing_sessions(
+    conn: &mut SqliteConnection,
+    batch: &[&Append],
+) -> Result<std::collections::HashSet<String>, StoreError> {
+    let mut wanted: Vec<&str> = batch.iter().map(|a| a.session_id.as_str()).collect();
+    wanted.sort_unstable();
+    wanted.dedup();
+    let mut found = std::collections::HashSet::new();
+    for chunk in wanted.chunks(ROWS_PER_INSERT) {
+        let sql = format!("SELECT id FROM sessions WHERE id IN ({})", placeholders(chunk.len(), 1));
+        let mut query = sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(sql));
+        for id in chunk {
+            query = query.bind(*id);
+        }
+        found.extend(query.fetch_all(&mut *conn).await?);
     }
-    let mut ids = Vec::with_capacity(append.messages.len());
-    for m in &append.messages {
-        let tool_calls = m.tool_calls.as_ref().map(serde_json::to_string).transpose()?;
-        let id = sqlx::query(
+    Ok(found)
+}
+
+/// Records the inbound ids of the batch and returns those not seen before.
+async fn new_inbound_ids<'a>(
+    conn: &mut SqliteConnection,
+    batch: &[&'a Append],
+    existing: &std::collections::HashSet<String>,
+    now: i64,
+) -> Result<std::collections::HashSet<(&'a str, &'a str)>, StoreError> {
+    let inbound: Vec<(&'a str, &'a str, &'a str)> = batch
+        .iter()
+        .filter(|a| existing.contains(a.session_id.as_str()))
+        .filter_map(|a| {
+            a.dedupe.as_ref().map(|(p, id)| (p.as_str(), id.as_str(), a.session_id.as_str()))
+        })
+        .collect();
+    let mut fresh = std::collections::HashSet::new();
+    for chunk in inbound.chunks(ROWS_PER_INSERT) {
+        let sql = format!(
+            "INSERT INTO processed_inbound (platform, message_id, session_id, received_at) VALUES {}
+             ON CONFLICT DO NOTHING RETURNING platform, message_id",
+            placeholders(chunk.len(), 4)
+        );
+        let mut query = sqlx::query_as::<_, (String, String)>(sqlx::AssertSqlSafe(sql));
+        for (platform, id, session) in chunk {
+            query = query.bind(*platform).bind(*id).bind(*session).bind(now);
+        }
+        for (platform, id) in query.fetch_all(&mut *conn).await? {
+            if let Some(key) = chunk.iter().find(|(p, i, _)| *p == platform && *i == id) {
+                fresh.insert((key.0, key.1));
+            }
+        }
+    }
+    Ok(fresh)
+}
+
+async fn update_counters(
+    conn: &mut SqliteConnection,
+    kept: &[&Append],
+    now: i64,
+) -> Result<(), StoreError> {
+    let mut totals: std::collections::BTreeMap<&str, [i64; 4]> = std::collections::BTreeMap::new();
+    for append in kept {
+        let t = totals.entry(append.session_id.as_str()).or_default();
+        t[0] += append.messages.len() as i64;
+        t[1] += append.messages.iter().map(NewMessage::tool_call_count).sum::<i64>();
+        t[2] += append.usage.input;
+        t[3] += append.usage.output;
+    }
+    let rows: Vec<_> = totals.into_iter().collect();
+    for chunk in rows.chunks(ROWS_PER_INSERT) {
+        let sql = format!(
+            "WITH d (id, messages, calls, input, output) AS (VALUES {})
+             UPDATE sessions SET message_count = message_count + d.messages,
+                    tool_call_count = tool_call_count + d.calls,
+                    input_tokens = input_tokens + d.input, output_tokens = output_tokens + d.output,
+                    updated_at = ?
+             FROM d WHERE sessions.id = d.id",
+            placeholders(chunk.len(), 5)
+        );
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for (id, [messages, calls, input, output]) in chunk {
+            query = query.bind(*id).bind(*messages).bind(*calls).bind(*input).bind(*output);
+        }
+        query.bind(now).execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
+/// Inserts every message of `kept`, in order, and returns each append's new ids.
+async fn insert_messages(
+    conn: &mut SqliteConnection,
+    kept: &[&Append],
+    now: i64,
+) -> Result<Vec<Vec<i64>>, StoreError> {
+    let rows: Vec<(&str, &NewMessage)> =
+        kept.iter().flat_map(|a| a.messages.iter().map(|m| (a.session_id.as_str(), m))).collect();
+    let mut ids = Vec::with_capacity(rows.len());
+    for chunk in rows.chunks(ROWS_PER_INSERT) {
+        let sql = format!(
             "INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, tool_name,
-                                   platform_message_id, token_count, created_at)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(&append.session_id)
-        .bind(m.role.as_str())
-        .bind(&m.content)
-        .bind(tool_calls)
-        .bind(&m.tool_call_id)
-        .bind(&m.tool_name)
-        .bind(&m.platform_message_id)
-        .bind(m.token_count)
-        .bind(now)
-        .execute(&mut *conn)
-        .await?
-        .last_insert_rowid();
-        ids.push(id);
+                                   platform_message_id, token_count, created_at, cjk) VALUES {}",
+            placeholders(chunk.len(), 10)
+        );
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for (session, m) in chunk {
+            let calls = m.tool_calls.as_ref().map(serde_json::to_string).transpose()?;
+            query = query
+                .bind(*session)
+                .bind(m.role.as_str())
+                .bind(&m.content)
+                .bind(calls)
+                .bind(&m.tool_call_id)
+                .bind(&m.tool_name)
+                .bind(&m.platform_message_id)
+                .bind(m.token_count)
+                .bind(now)
+                .bind(m.content.chars().any(crate::search::is_cjk));
+        }
+        // One statement under the write lock on an AUTOINCREMENT table: its rows get
+        // consecutive ids ending at the last insert rowid.
+        let last = query.execute(&mut *conn).await?.last_insert_rowid();
+        let first = last - chunk.len() as i64 + 1;
+        ids.extend(first..=last);
     }
-    Ok(Appended::Stored(ids))
+    let mut ids = ids.into_iter();
+    Ok(kept.iter().map(|a| ids.by_ref().take(a.messages.len()).collect()).collect())
+}
+
+/// `(?, ?), (?, ?)`: `rows` groups of `columns` placeholders.
+fn placeholders(rows: usize, columns: usize) -> String {
+    let row = format!("({})", vec!["?"; columns].join(", "));
+    if columns == 1 {
+        return vec!["?"; rows].join(", ");
+    }
+    vec![row; rows].join(", ")
 }

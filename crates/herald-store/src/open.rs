@@ -11,7 +11,8 @@ use sqlx::{Connection, SqliteConnection};
 use tracing::{debug, warn};
 
 use crate::error::StoreError;
-use crate::write::AppendQueue;
+use crate::index::Indexer;
+use crate::write::{AppendQueue, ProcessLock};
 
 /// The migrations of top-level `migrations/`, embedded at build time.
 pub(crate) static MIGRATOR: Migrator = sqlx::migrate!("../../migrations");
@@ -58,6 +59,9 @@ pub(crate) struct Inner {
     pub(crate) write_lock: tokio::sync::Mutex<()>,
     pub(crate) appends: AppendQueue,
     pub(crate) busy_retries: AtomicU64,
+    pub(crate) indexer: Indexer,
+    /// Serializes writers across processes (see [`ProcessLock`]).
+    pub(crate) process_lock: ProcessLock,
 }
 
 impl Store {
@@ -66,6 +70,7 @@ impl Store {
         let path = options.path.clone();
         let fail = |reason: String| StoreError::Open { path: path.clone(), reason };
         create_private_file(&path).map_err(|e| fail(e.to_string()))?;
+        let process_lock = ProcessLock::open(&path).map_err(|e| fail(e.to_string()))?;
 
         let connect = SqliteConnectOptions::new()
             .filename(&path)
@@ -98,6 +103,8 @@ impl Store {
                 write_lock: tokio::sync::Mutex::new(()),
                 appends: AppendQueue::default(),
                 busy_retries: AtomicU64::new(0),
+                indexer: Indexer::default(),
+                process_lock,
             }),
         })
     }
@@ -122,8 +129,12 @@ impl Store {
         MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0)
     }
 
-    /// Waits for pending writes and closes every connection, checkpointing the WAL.
+    /// Indexes what is pending, waits for writes in flight and closes every connection,
+    /// checkpointing the WAL.
     pub async fn close(&self) {
+        if let Err(e) = self.index_pending().await {
+            warn!(error = %e, "could not finish search indexing before closing; the next open will");
+        }
         let _turn = self.inner.write_lock.lock().await;
         self.inner.pool.close().await;
     }
@@ -131,7 +142,7 @@ impl Store {
 
 /// Creates the database file `0600` (and its directory `0700`) before SQLite does, so the
 /// file and the `-wal`/`-shm` files SQLite derives from it are private from the first byte.
-fn create_private_file(path: &Path) -> std::io::Result<()> {
+pub(crate) fn create_private_file(path: &Path) -> std::io::Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
         fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
     }

@@ -1,5 +1,6 @@
 //! The ceiling of the machine, for `herald-bench store-raw`: turns written by one connection
-//! in a tight loop, one commit per turn, with none of the store's queueing or retries.
+//! in a tight loop, one commit per turn, indexed for search inside that commit, with none of
+//! the store's queueing, group commit, deferred indexing or retries.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -8,13 +9,14 @@ use herald_core::Platform;
 use sqlx::{Connection, SqliteConnection};
 
 use crate::error::StoreError;
-use crate::messages::{Append, apply_append};
+use crate::index::index_chunk;
+use crate::messages::{Append, apply_batch};
 use crate::open::{Store, StoreOptions};
 use crate::sessions::{NewSession, insert_session};
 
 /// Writes `turns` turns of `turn` into one session of a fresh store at `path` on a single
-/// connection, each turn its own `BEGIN IMMEDIATE` ... `COMMIT`, and returns the time the
-/// writes took. The FTS triggers run as usual.
+/// connection, each turn its own `BEGIN IMMEDIATE` ... `COMMIT` with its messages indexed for
+/// search in the same transaction, and returns the time the writes took.
 pub async fn write_turns_raw(
     path: &Path,
     turns: usize,
@@ -43,7 +45,8 @@ pub async fn write_turns_raw(
     let started = Instant::now();
     for _ in 0..turns {
         let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
-        apply_append(&mut tx, &append).await?;
+        apply_batch(&mut tx, &[&append]).await?;
+        index_chunk(&mut tx, turn.len() as i64).await?;
         tx.commit().await?;
     }
     let elapsed = started.elapsed();

@@ -86,15 +86,12 @@ const LITERAL_SEARCH: &str = "
            m.content AS snippet, 0.0 AS rank
     FROM messages m
     JOIN sessions s ON s.id = m.session_id
-    WHERE m.content GLOB '{cjk}' AND ({condition})
+    WHERE m.cjk AND ({condition})
       AND (?2 IS NULL OR s.source = ?2) AND (?3 IS NULL OR m.role = ?3)
       AND (?4 IS NULL OR s.user_id = ?4) AND (?5 IS NULL OR m.session_id = ?5)
       -- ?1, ?7 and ?8 belong to the index search; named here so both take the same binds
       AND ?1 IS NOT NULL AND ?7 IS NOT NULL AND ?8 IS NOT NULL
     ORDER BY m.id DESC LIMIT ?6";
-
-/// The GLOB class of [`is_cjk`], as the `messages_cjk` triggers spell it.
-const CJK_GLOB: &str = "*[\u{2E80}-\u{9FFF}\u{AC00}-\u{D7AF}\u{F900}-\u{FAFF}]*";
 
 impl Store {
     /// Searches messages, best match first. Never fails on what a person typed: text with
@@ -105,6 +102,10 @@ impl Store {
     pub async fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, StoreError> {
         let items = items(&query.text);
         let Some(fts) = render_fts(&items) else { return Ok(Vec::new()) };
+        // Whatever was committed is searchable: catch the deferred index up first.
+        if self.unindexed().await? > 0 {
+            self.index_pending().await?;
+        }
         let mut hits = self
             .run_search(INDEX_SEARCH.replace("{index}", "messages_fts"), &fts, &[], query)
             .await?;
@@ -114,8 +115,7 @@ impl Store {
                 .any(|i| matches!(i, Item::Phrase { text, .. } if text.chars().count() < 3));
             let more = if short {
                 let (condition, words) = literal_condition(&items);
-                let sql =
-                    LITERAL_SEARCH.replace("{cjk}", CJK_GLOB).replace("{condition}", &condition);
+                let sql = LITERAL_SEARCH.replace("{condition}", &condition);
                 let mut found = self.run_search(sql, &fts, &words, query).await?;
                 for hit in &mut found {
                     hit.snippet = literal_snippet(&hit.snippet, &words, query);
@@ -159,9 +159,9 @@ impl Store {
 }
 
 /// Characters of scripts written without spaces between words: U+2E80..U+9FFF (radicals,
-/// kana, ideographs), Hangul syllables and compatibility ideographs. Must match the GLOB class
-/// of the `messages_cjk` triggers.
-fn is_cjk(c: char) -> bool {
+/// kana, ideographs), Hangul syllables and compatibility ideographs. Stored per message as
+/// `messages.cjk`, which decides what the trigram index holds.
+pub(crate) fn is_cjk(c: char) -> bool {
     matches!(c, '\u{2E80}'..='\u{9FFF}' | '\u{AC00}'..='\u{D7AF}' | '\u{F900}'..='\u{FAFF}')
 }
 

@@ -1,8 +1,10 @@
 //! The write path: one writer per process, `BEGIN IMMEDIATE`, whole-transaction retry, and
 //! group commit for appends.
 
+use std::fs::File;
+use std::path::Path;
 use std::sync::Mutex;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
@@ -20,25 +22,29 @@ use crate::open::Store;
 /// `BEGIN IMMEDIATE` takes the write lock up front: a deferred transaction that reads and
 /// then writes gets SQLITE_BUSY_SNAPSHOT at once, whatever the busy timeout.
 macro_rules! write_tx {
-    ($store:expr, |$conn:ident| $body:expr) => {{
-        let store: &$crate::open::Store = $store;
-        let _turn = store.inner.write_lock.lock().await;
-        let mut backoff = $crate::write::Backoff::start(store);
-        loop {
-            let attempt: Result<_, $crate::error::StoreError> = async {
-                let mut tx = store.inner.pool.begin_with("BEGIN IMMEDIATE").await?;
-                let $conn: &mut sqlx::SqliteConnection = &mut tx;
-                let value = $body.await?;
-                tx.commit().await?;
-                Ok(value)
-            }
-            .await;
-            match attempt {
-                Err(e) if e.is_retryable() => backoff.wait().await?,
-                done => break done,
+    ($store:expr, |$conn:ident| $body:expr) => {
+        async {
+            let store: &$crate::open::Store = $store;
+            let _turn = store.inner.write_lock.lock().await;
+            let mut backoff = $crate::write::Backoff::start(store);
+            let _held = store.inner.process_lock.acquire(&backoff).await?;
+            loop {
+                let attempt: Result<_, $crate::error::StoreError> = async {
+                    let mut tx = store.inner.pool.begin_with("BEGIN IMMEDIATE").await?;
+                    let $conn: &mut sqlx::SqliteConnection = &mut tx;
+                    let value = $body.await?;
+                    tx.commit().await?;
+                    Ok(value)
+                }
+                .await;
+                match attempt {
+                    Err(e) if e.is_retryable() => backoff.wait().await?,
+                    done => break done,
+                }
             }
         }
-    }};
+        .await
+    };
 }
 pub(crate) use write_tx;
 
@@ -72,6 +78,95 @@ impl<'a> Backoff<'a> {
         };
         tokio::time::sleep(delay.min(patience - waited)).await;
         Ok(())
+    }
+}
+
+impl Backoff<'_> {
+    /// Whether the write has used up its patience.
+    fn exhausted(&self) -> Option<StoreError> {
+        let waited = self.started.elapsed();
+        (waited >= self.store.inner.write_patience).then(|| StoreError::Busy {
+            waited_ms: u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
+        })
+    }
+}
+
+/// An advisory lock on `<db>-lock`, taken by every herald writer around its transaction.
+///
+/// SQLite's own busy handler sleeps 1, 2, 5, 10 ... 100 ms between tries, so under contention
+/// the lock often sits free while every waiter sleeps. herald processes instead queue on this
+/// file lock, polled every millisecond, and reach `BEGIN IMMEDIATE` when it will succeed. The
+/// busy timeout and retries stay in place for other writers (a `sqlite3` shell, a backup).
+#[derive(Debug)]
+pub(crate) struct ProcessLock {
+    file: Option<File>,
+    warned: AtomicBool,
+    /// When this process last let go, to give waiting processes their turn.
+    released: Mutex<Option<Instant>>,
+}
+
+/// Held while a write runs; unlocks on drop.
+pub(crate) struct ProcessLockGuard<'a>(Option<&'a ProcessLock>);
+
+impl Drop for ProcessLockGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(lock) = self.0
+            && let Some(file) = &lock.file
+        {
+            let _ = file.unlock();
+            *lock.released.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        }
+    }
+}
+
+/// Other processes poll about every millisecond; one that just let go waits this long before
+/// trying again, so it cannot keep the lock to itself.
+const TURN_GAP: Duration = Duration::from_micros(1500);
+
+impl ProcessLock {
+    /// Opens (creating `0600`) the lock file beside the database.
+    pub(crate) fn open(db: &Path) -> std::io::Result<ProcessLock> {
+        let mut name = db.as_os_str().to_owned();
+        name.push("-lock");
+        let path = std::path::PathBuf::from(name);
+        crate::open::create_private_file(&path)?;
+        let file = std::fs::OpenOptions::new().read(true).write(true).open(&path)?;
+        Ok(ProcessLock {
+            file: Some(file),
+            warned: AtomicBool::new(false),
+            released: Mutex::new(None),
+        })
+    }
+
+    /// Takes the lock, waiting at most the write's remaining patience.
+    pub(crate) async fn acquire(
+        &self,
+        backoff: &Backoff<'_>,
+    ) -> Result<ProcessLockGuard<'_>, StoreError> {
+        let Some(file) = &self.file else { return Ok(ProcessLockGuard(None)) };
+        let released = *self.released.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(gap) = released.and_then(|r| TURN_GAP.checked_sub(r.elapsed())) {
+            tokio::time::sleep(gap).await;
+        }
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Ok(ProcessLockGuard(Some(self))),
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    if let Some(gave_up) = backoff.exhausted() {
+                        return Err(gave_up);
+                    }
+                    let micros = rand::random_range(300..=1300);
+                    tokio::time::sleep(Duration::from_micros(micros)).await;
+                }
+                Err(std::fs::TryLockError::Error(e)) => {
+                    // A filesystem without locks: SQLite's busy handling still keeps writes safe.
+                    if !self.warned.swap(true, Ordering::Relaxed) {
+                        warn!(error = %e, "cannot lock the store's lock file; relying on SQLite's busy handling alone");
+                    }
+                    return Ok(ProcessLockGuard(None));
+                }
+            }
+        }
     }
 }
 
@@ -118,27 +213,42 @@ impl Store {
             return;
         }
         let mut backoff = Backoff::start(self);
+        let held = self.inner.process_lock.acquire(&backoff).await;
+        if let Err(e) = held {
+            for pending in batch {
+                let _ = pending.reply.send(Err(e.duplicate()));
+            }
+            return;
+        }
         let outcome = loop {
             let attempt: Result<Vec<Result<Appended, StoreError>>, StoreError> = async {
                 let mut tx = self.inner.pool.begin_with("BEGIN IMMEDIATE").await?;
-                let mut results = Vec::with_capacity(batch.len());
-                for pending in &batch {
-                    // A savepoint per append: one bad append (its session deleted meanwhile)
-                    // fails alone instead of taking the whole batch with it.
-                    sqlx::query("SAVEPOINT append").execute(&mut *tx).await?;
-                    match messages::apply_append(&mut tx, &pending.append).await {
-                        Ok(appended) => {
-                            sqlx::query("RELEASE append").execute(&mut *tx).await?;
-                            results.push(Ok(appended));
+                let appends: Vec<&Append> = batch.iter().map(|p| &p.append).collect();
+                let results = match messages::apply_batch(&mut tx, &appends).await {
+                    Ok(results) => results,
+                    Err(e) if e.is_retryable() => return Err(e),
+                    // Something in the batch broke a constraint: apply each append alone,
+                    // so only the one at fault fails.
+                    Err(_) => {
+                        let mut results = Vec::with_capacity(appends.len());
+                        for append in &appends {
+                            sqlx::query("SAVEPOINT append").execute(&mut *tx).await?;
+                            match messages::apply_batch(&mut tx, &[append]).await {
+                                Ok(mut one) => {
+                                    sqlx::query("RELEASE append").execute(&mut *tx).await?;
+                                    results.push(one.pop().unwrap_or(Err(StoreError::WriterGone)));
+                                }
+                                Err(e) if e.is_retryable() => return Err(e),
+                                Err(e) => {
+                                    sqlx::query("ROLLBACK TO append").execute(&mut *tx).await?;
+                                    sqlx::query("RELEASE append").execute(&mut *tx).await?;
+                                    results.push(Err(e));
+                                }
+                            }
                         }
-                        Err(e) if e.is_retryable() => return Err(e),
-                        Err(e) => {
-                            sqlx::query("ROLLBACK TO append").execute(&mut *tx).await?;
-                            sqlx::query("RELEASE append").execute(&mut *tx).await?;
-                            results.push(Err(e));
-                        }
+                        results
                     }
-                }
+                };
                 tx.commit().await?;
                 Ok(results)
             }
@@ -152,8 +262,17 @@ impl Store {
                 done => break done,
             }
         };
+        drop(held);
         match outcome {
             Ok(results) => {
+                let stored = results
+                    .iter()
+                    .map(|r| match r {
+                        Ok(Appended::Stored(ids)) => ids.len() as u64,
+                        _ => 0,
+                    })
+                    .sum();
+                self.schedule_indexing(stored);
                 for (pending, result) in batch.into_iter().zip(results) {
                     let _ = pending.reply.send(result);
                 }

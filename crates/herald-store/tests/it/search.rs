@@ -155,3 +155,46 @@ proptest! {
         })?;
     }
 }
+
+#[tokio::test]
+async fn deferred_indexing_catches_up_and_stays_consistent() {
+    let (store, dir) = corpus().await;
+    let s = store.create_session(&session_for(Platform::Cli, "carol")).await.unwrap();
+    let ids = store
+        .append_messages(&s.id, vec![NewMessage::user("zebra crossing 斑马线测试")])
+        .await
+        .unwrap();
+    assert!(store.unindexed().await.unwrap() > 0, "indexing is deferred");
+    // The background indexer catches up once writes go quiet.
+    for _ in 0..50 {
+        if store.unindexed().await.unwrap() == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(store.unindexed().await.unwrap(), 0);
+    assert_eq!(search(&store, "zebra").await[0].message_id, ids[0]);
+    // Deleting indexed and unindexed messages keeps both indexes consistent.
+    let other = store.create_session(&session_for(Platform::Cli, "dave")).await.unwrap();
+    store
+        .append_messages(&other.id, vec![NewMessage::user("unindexed 斑马线测试 zebra")])
+        .await
+        .unwrap();
+    store.delete_session(&s.id).await.unwrap();
+    store.delete_session(&other.id).await.unwrap();
+    let health = store.health().await.unwrap();
+    assert!(health.search_index_ok, "{health:?}");
+    assert!(search(&store, "zebra").await.is_empty());
+    assert!(search(&store, "斑马线").await.is_empty());
+    store
+        .append_messages(
+            &store.create_session(&session_for(Platform::Cli, "e")).await.unwrap().id,
+            vec![NewMessage::user("late write")],
+        )
+        .await
+        .unwrap();
+    store.close().await;
+    let reopened = crate::open(&dir.path().join("state.db")).await;
+    assert_eq!(reopened.unindexed().await.unwrap(), 0, "close indexes what is pending");
+    assert!(reopened.health().await.unwrap().search_index_ok);
+}

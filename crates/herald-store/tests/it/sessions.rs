@@ -203,3 +203,18 @@ async fn turns_add_their_tokens_and_sessions_reopen() {
     assert_eq!((s.input_tokens, s.output_tokens), (240, 60));
     assert_eq!((s.ended_at, s.end_reason), (None, None));
 }
+
+#[tokio::test]
+async fn the_same_inbound_id_twice_in_one_batch_is_stored_once() {
+    let (store, _dir) = fresh().await;
+    let s = store.create_session(&session_for(Platform::Telegram, "7")).await.unwrap();
+    let msg = herald_store::NewMessage::user("hello");
+    let (a, b) = tokio::join!(
+        store.append_inbound(&s.id, Platform::Telegram, "55", msg.clone()),
+        store.append_inbound(&s.id, Platform::Telegram, "55", msg),
+    );
+    let outcomes = [a.unwrap(), b.unwrap()];
+    assert_eq!(outcomes.iter().filter(|o| **o == herald_store::Appended::Duplicate).count(), 1);
+    assert_eq!(store.history(&s.id).await.unwrap().len(), 1);
+    assert_eq!(store.session(&s.id).await.unwrap().unwrap().message_count, 1);
+}

@@ -1,0 +1,159 @@
+//! Deferred search indexing: messages commit without touching the full-text indexes, and are
+//! indexed in larger batches right after, when the writer is idle, and always before a search.
+//!
+//! Tokenizing is most of the cost of a write; taking it out of each turn's transaction keeps a
+//! busy gateway's turns short while the index trails by milliseconds. `search_cursor.upto` is
+//! the highest message id in the indexes (ids are AUTOINCREMENT, never reused).
+
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
+
+use sqlx::SqliteConnection;
+use tracing::warn;
+
+use crate::error::StoreError;
+use crate::open::Store;
+use crate::time::now_ms;
+use crate::write::write_tx;
+
+/// How long the writer must have been quiet before the background indexer takes its turn.
+const IDLE: Duration = Duration::from_millis(200);
+/// Above this many unindexed messages of this process, index even while writes keep coming, so
+/// the index never trails a sustained load by more than a few seconds of work.
+const FORCE_BACKLOG: u64 = 50_000;
+/// Messages per indexing transaction: small enough not to hold writers up for long.
+const CHUNK: i64 = 500;
+
+/// The background indexer's bookkeeping, one per process.
+#[derive(Debug, Default)]
+pub(crate) struct Indexer {
+    scheduled: AtomicBool,
+    last_write_ms: AtomicI64,
+    backlog: AtomicU64,
+}
+
+impl Store {
+    /// Indexes every message not yet searchable; returns how many were indexed.
+    pub async fn index_pending(&self) -> Result<u64, StoreError> {
+        let mut total = 0;
+        loop {
+            let (indexed, more) = write_tx!(self, |conn| index_chunk(conn, CHUNK * 4))?;
+            total += indexed;
+            if !more {
+                self.inner.indexer.backlog.store(0, Ordering::Relaxed);
+                return Ok(total);
+            }
+        }
+    }
+
+    /// Messages stored but not yet in the search indexes.
+    pub async fn unindexed(&self) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT count(*) FROM messages
+             WHERE id > (SELECT upto FROM search_cursor WHERE name = 'messages')",
+        )
+        .fetch_one(&self.inner.pool)
+        .await?)
+    }
+
+    /// Notes that `messages` were committed, and makes sure an indexer will pick them up.
+    pub(crate) fn schedule_indexing(&self, messages: u64) {
+        let indexer = &self.inner.indexer;
+        indexer.last_write_ms.store(now_ms(), Ordering::Relaxed);
+        indexer.backlog.fetch_add(messages, Ordering::Relaxed);
+        if indexer.scheduled.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let store = self.clone();
+        tokio::spawn(async move { store.index_in_background().await });
+    }
+
+    async fn index_in_background(&self) {
+        let indexer = &self.inner.indexer;
+        loop {
+            self.index_until_caught_up().await;
+            indexer.scheduled.store(false, Ordering::Release);
+            // A write that landed while this task was finishing found it still scheduled.
+            let again = indexer.backlog.load(Ordering::Relaxed) > 0
+                && !indexer.scheduled.swap(true, Ordering::AcqRel);
+            if !again {
+                return;
+            }
+        }
+    }
+
+    async fn index_until_caught_up(&self) {
+        let indexer = &self.inner.indexer;
+        loop {
+            tokio::time::sleep(IDLE).await;
+            let since_write = now_ms() - indexer.last_write_ms.load(Ordering::Relaxed);
+            let quiet = since_write >= IDLE.as_millis() as i64;
+            if !quiet && indexer.backlog.load(Ordering::Relaxed) < FORCE_BACKLOG {
+                continue;
+            }
+            match write_tx!(self, |conn| index_chunk(conn, CHUNK)) {
+                Ok((indexed, true)) => {
+                    let _ =
+                        indexer.backlog.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+                            Some(b.saturating_sub(indexed))
+                        });
+                }
+                Ok((_, false)) => {
+                    indexer.backlog.store(0, Ordering::Relaxed);
+                    return;
+                }
+                Err(e) => {
+                    // Nothing is lost: the next write, search or close indexes what is left.
+                    warn!(error = %e, "background search indexing failed; will retry on the next write");
+                    indexer.backlog.store(0, Ordering::Relaxed);
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Indexes up to `limit` messages above the cursor inside the caller's transaction; returns
+/// how many and whether more are waiting.
+pub(crate) async fn index_chunk(
+    conn: &mut SqliteConnection,
+    limit: i64,
+) -> Result<(u64, bool), StoreError> {
+    let upto: i64 = sqlx::query_scalar("SELECT upto FROM search_cursor WHERE name = 'messages'")
+        .fetch_one(&mut *conn)
+        .await?;
+    let target: Option<i64> = sqlx::query_scalar(
+        "SELECT max(id) FROM (SELECT id FROM messages WHERE id > ? ORDER BY id LIMIT ?)",
+    )
+    .bind(upto)
+    .bind(limit)
+    .fetch_one(&mut *conn)
+    .await?;
+    let Some(target) = target else { return Ok((0, false)) };
+    let indexed = sqlx::query(
+        "INSERT INTO messages_fts (rowid, content, tool_name)
+         SELECT id, content, coalesce(tool_name, '') FROM messages WHERE id > ? AND id <= ?",
+    )
+    .bind(upto)
+    .bind(target)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    sqlx::query(
+        "INSERT INTO messages_cjk (rowid, content)
+         SELECT id, content FROM messages WHERE id > ? AND id <= ? AND cjk",
+    )
+    .bind(upto)
+    .bind(target)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query("UPDATE search_cursor SET upto = ? WHERE name = 'messages'")
+        .bind(target)
+        .execute(&mut *conn)
+        .await?;
+    let more: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM messages WHERE id > ?)")
+        .bind(target)
+        .fetch_one(&mut *conn)
+        .await?;
+    Ok((indexed, more))
+}
