@@ -77,7 +77,10 @@ impl Store {
             .create_if_missing(false)
             .foreign_keys(true)
             .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(options.busy_timeout);
+            .busy_timeout(options.busy_timeout)
+            // Another process's commit empties this connection's page cache; with the file
+            // mapped, the next transaction reads pages straight from the OS cache.
+            .pragma("mmap_size", "268435456");
 
         // Journal mode and migrations first, on one connection: switching to WAL needs the
         // database to itself, and nothing else should see a half-migrated schema.

@@ -3,12 +3,12 @@
 
 use std::fs::File;
 use std::path::Path;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
-use tracing::warn;
+use tracing::{debug, warn};
 
 use crate::error::StoreError;
 use crate::messages::{self, Append, Appended};
@@ -82,6 +82,11 @@ impl<'a> Backoff<'a> {
 }
 
 impl Backoff<'_> {
+    /// When the write's patience runs out.
+    fn deadline(&self) -> Instant {
+        self.started + self.store.inner.write_patience
+    }
+
     /// Whether the write has used up its patience.
     fn exhausted(&self) -> Option<StoreError> {
         let waited = self.started.elapsed();
@@ -95,11 +100,12 @@ impl Backoff<'_> {
 ///
 /// SQLite's own busy handler sleeps 1, 2, 5, 10 ... 100 ms between tries, so under contention
 /// the lock often sits free while every waiter sleeps. herald processes instead queue on this
-/// file lock, polled every millisecond, and reach `BEGIN IMMEDIATE` when it will succeed. The
-/// busy timeout and retries stay in place for other writers (a `sqlite3` shell, a backup).
+/// file lock, polled every fraction of a millisecond on a blocking thread, and reach
+/// `BEGIN IMMEDIATE` when it will succeed. The busy timeout and retries stay in place for other
+/// writers (a `sqlite3` shell, a backup).
 #[derive(Debug)]
 pub(crate) struct ProcessLock {
-    file: Option<File>,
+    file: Option<Arc<File>>,
     warned: AtomicBool,
     /// When this process last let go, to give waiting processes their turn.
     released: Mutex<Option<Instant>>,
@@ -119,9 +125,16 @@ impl Drop for ProcessLockGuard<'_> {
     }
 }
 
-/// Other processes poll about every millisecond; one that just let go waits this long before
+/// Waiting processes poll every 50 to 250 µs; one that just let go waits this long before
 /// trying again, so it cannot keep the lock to itself.
-const TURN_GAP: Duration = Duration::from_micros(1500);
+const TURN_GAP: Duration = Duration::from_micros(300);
+
+/// How a poll for the lock ended.
+enum Polled {
+    Locked,
+    TimedOut,
+    Unsupported(std::io::Error),
+}
 
 impl ProcessLock {
     /// Opens (creating `0600`) the lock file beside the database.
@@ -132,7 +145,7 @@ impl ProcessLock {
         crate::open::create_private_file(&path)?;
         let file = std::fs::OpenOptions::new().read(true).write(true).open(&path)?;
         Ok(ProcessLock {
-            file: Some(file),
+            file: Some(Arc::new(file)),
             warned: AtomicBool::new(false),
             released: Mutex::new(None),
         })
@@ -144,29 +157,61 @@ impl ProcessLock {
         backoff: &Backoff<'_>,
     ) -> Result<ProcessLockGuard<'_>, StoreError> {
         let Some(file) = &self.file else { return Ok(ProcessLockGuard(None)) };
-        let released = *self.released.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(gap) = released.and_then(|r| TURN_GAP.checked_sub(r.elapsed())) {
-            tokio::time::sleep(gap).await;
+        if file.try_lock().is_ok() && self.took_turn() {
+            return Ok(ProcessLockGuard(Some(self)));
         }
-        loop {
-            match file.try_lock() {
-                Ok(()) => return Ok(ProcessLockGuard(Some(self))),
-                Err(std::fs::TryLockError::WouldBlock) => {
-                    if let Some(gave_up) = backoff.exhausted() {
-                        return Err(gave_up);
+        let gap = self.gap();
+        let deadline = backoff.deadline();
+        let file = Arc::clone(file);
+        // Timer resolution on the runtime is a millisecond; a blocking thread polls finer.
+        let polled = tokio::task::spawn_blocking(move || {
+            std::thread::sleep(gap);
+            loop {
+                match file.try_lock() {
+                    Ok(()) => return Polled::Locked,
+                    Err(std::fs::TryLockError::WouldBlock) if Instant::now() >= deadline => {
+                        return Polled::TimedOut;
                     }
-                    let micros = rand::random_range(300..=1300);
-                    tokio::time::sleep(Duration::from_micros(micros)).await;
-                }
-                Err(std::fs::TryLockError::Error(e)) => {
-                    // A filesystem without locks: SQLite's busy handling still keeps writes safe.
-                    if !self.warned.swap(true, Ordering::Relaxed) {
-                        warn!(error = %e, "cannot lock the store's lock file; relying on SQLite's busy handling alone");
+                    Err(std::fs::TryLockError::WouldBlock) => {
+                        std::thread::sleep(Duration::from_micros(rand::random_range(50..=250)));
                     }
-                    return Ok(ProcessLockGuard(None));
+                    Err(std::fs::TryLockError::Error(e)) => return Polled::Unsupported(e),
                 }
             }
+        })
+        .await
+        .map_err(|_| StoreError::WriterGone)?;
+        match polled {
+            Polled::Locked => Ok(ProcessLockGuard(Some(self))),
+            Polled::TimedOut => {
+                Err(backoff.exhausted().unwrap_or(StoreError::Busy { waited_ms: 0 }))
+            }
+            Polled::Unsupported(e) => {
+                // A filesystem without locks: SQLite's busy handling still keeps writes safe.
+                if !self.warned.swap(true, Ordering::Relaxed) {
+                    warn!(error = %e, "cannot lock the store's lock file; relying on SQLite's busy handling alone");
+                }
+                Ok(ProcessLockGuard(None))
+            }
         }
+    }
+
+    /// The pause owed to other processes since this one let go.
+    fn gap(&self) -> Duration {
+        let released = *self.released.lock().unwrap_or_else(|p| p.into_inner());
+        released.and_then(|r| TURN_GAP.checked_sub(r.elapsed())).unwrap_or_default()
+    }
+
+    /// After taking the lock on the first try: keep it unless this process only just let go,
+    /// in which case give it back so waiting processes get their turn first.
+    fn took_turn(&self) -> bool {
+        if self.gap().is_zero() {
+            return true;
+        }
+        if let Some(file) = &self.file {
+            let _ = file.unlock();
+        }
+        false
     }
 }
 
@@ -229,7 +274,8 @@ impl Store {
                     Err(e) if e.is_retryable() => return Err(e),
                     // Something in the batch broke a constraint: apply each append alone,
                     // so only the one at fault fails.
-                    Err(_) => {
+                    Err(e) => {
+                        debug!(error = %e, appends = appends.len(), "batch refused; applying appends one by one");
                         let mut results = Vec::with_capacity(appends.len());
                         for append in &appends {
                             sqlx::query("SAVEPOINT append").execute(&mut *tx).await?;
