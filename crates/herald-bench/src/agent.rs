@@ -1,0 +1,160 @@
+//! `agent-overhead`: turns through the agent loop and the store against a model that answers at
+//! once, measuring herald's own time per turn (reading history, building the request, storing
+//! the delta), with the model's time taken out.
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use herald::wiring;
+use herald_agent::{
+    Agent, ChatRequest, Completion, Message, OpenAiProvider, Provider, ProviderError, RetryPolicy,
+    ToolContext,
+};
+use herald_core::Platform;
+use herald_fakes::FakeModel;
+use herald_store::{NewMessage, NewSession, Store, StoreOptions};
+use rand::SeedableRng;
+use serde::Serialize;
+
+use crate::Outcome;
+use crate::db::ScratchDb;
+use crate::stats::{Latencies, rate, round};
+use crate::vocab::Vocabulary;
+
+/// Arguments of `agent-overhead`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct AgentArgs {
+    /// Turns to measure.
+    #[arg(long, default_value_t = 2000)]
+    pub turns: u32,
+    /// Messages already in each session before the first measured turn.
+    #[arg(long, default_value_t = 200)]
+    pub history: u32,
+    /// Sessions the turns rotate over (so histories grow slowly).
+    #[arg(long, default_value_t = 50)]
+    pub sessions: u32,
+    /// The database file (default: a temporary one).
+    #[arg(long)]
+    pub db: Option<PathBuf>,
+}
+
+#[derive(Debug, Serialize)]
+struct AgentLine {
+    scenario: &'static str,
+    turns: u32,
+    history: u32,
+    turns_per_s: f64,
+    own_p50_ms: f64,
+    own_p99_ms: f64,
+    model_p50_ms: f64,
+    turn_p99_ms: f64,
+}
+
+/// The real provider, timing each call so herald's own time can be told apart.
+struct Timed {
+    inner: OpenAiProvider,
+    spent: Mutex<Duration>,
+}
+
+impl Provider for Timed {
+    async fn complete(&self, request: ChatRequest<'_>) -> Result<Completion, ProviderError> {
+        let started = Instant::now();
+        let result = self.inner.complete(request).await;
+        *self.spent.lock().unwrap_or_else(|p| p.into_inner()) += started.elapsed();
+        result
+    }
+}
+
+/// Runs the scenario.
+pub async fn run(args: AgentArgs) -> anyhow::Result<Outcome> {
+    let db = ScratchDb::resolve(args.db.clone(), "agent.db")?;
+    let store =
+        Store::open(StoreOptions::new(db.path())).await.context("could not open the store")?;
+    let fake = FakeModel::start().await;
+    let inner = OpenAiProvider::new(
+        &fake.base_url(),
+        None,
+        Duration::from_secs(30),
+        RetryPolicy::default(),
+    )?;
+    let provider = Timed { inner, spent: Mutex::new(Duration::ZERO) };
+    let tools = wiring::tools(&store);
+
+    let vocab = Vocabulary::global();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let mut sessions = Vec::new();
+    for s in 0..args.sessions {
+        let new = NewSession {
+            user_id: Some(format!("u{s}")),
+            ..NewSession::new(Platform::Telegram, crate::turn::SYSTEM_PROMPT)
+        };
+        let session = store.create_session(&new).await?;
+        let history = (0..args.history)
+            .map(|i| {
+                if i % 2 == 0 {
+                    NewMessage::user(vocab.text(&mut rng, 200))
+                } else {
+                    NewMessage::assistant(vocab.text(&mut rng, 400))
+                }
+            })
+            .collect();
+        store.append_messages(&session.id, history).await?;
+        sessions.push(session);
+    }
+    store.index_pending().await?;
+
+    let mut own = Vec::with_capacity(args.turns as usize);
+    let mut model = Vec::with_capacity(args.turns as usize);
+    let mut whole = Vec::with_capacity(args.turns as usize);
+    let started = Instant::now();
+    for turn in 0..args.turns {
+        let session = &sessions[turn as usize % sessions.len()];
+        let line = vocab.text(&mut rng, 200);
+        *provider.spent.lock().unwrap_or_else(|p| p.into_inner()) = Duration::ZERO;
+        let began = Instant::now();
+        let system_prompt = store.system_prompt(&session.id).await?.unwrap_or_default();
+        let mut history: Vec<Message> =
+            store.history(&session.id).await?.into_iter().map(wiring::to_agent).collect();
+        history.push(Message::user(line.clone()));
+        let agent = Agent {
+            provider: &provider,
+            tools: &tools,
+            model: FakeModel::MODEL,
+            system_prompt: &system_prompt,
+            max_iterations: 8,
+        };
+        let context = ToolContext {
+            platform: Platform::Telegram,
+            user_id: session.user_id.clone(),
+            session_id: session.id.clone(),
+        };
+        let output = agent.run(&history, &context, &Default::default()).await?;
+        let mut delta = vec![NewMessage::user(line)];
+        delta.extend(output.messages.iter().map(wiring::to_store));
+        store.append_turn(&session.id, delta, wiring::usage(output.usage)).await?;
+        let total = began.elapsed();
+        let spent = *provider.spent.lock().unwrap_or_else(|p| p.into_inner());
+        whole.push(total);
+        model.push(spent);
+        own.push(total.saturating_sub(spent));
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    store.close().await;
+
+    let micros = |v: &[Duration]| Latencies::from_micros(v.iter().map(|d| d.as_micros() as u64));
+    let (own, model, whole) = (micros(&own), micros(&model), micros(&whole));
+    let line = AgentLine {
+        scenario: "agent-overhead",
+        turns: args.turns,
+        history: args.history,
+        turns_per_s: rate(u64::from(args.turns), elapsed),
+        own_p50_ms: own.percentile(50.0),
+        own_p99_ms: own.percentile(99.0),
+        model_p50_ms: model.percentile(50.0),
+        turn_p99_ms: round(whole.percentile(99.0), 3),
+    };
+    eprintln!("agent-overhead: {} turns in {elapsed:.2} s", args.turns);
+    Ok(Outcome { line: serde_json::to_string(&line)?, ok: true })
+}
