@@ -67,17 +67,29 @@ pub struct SearchHit {
     pub rank: f64,
 }
 
-/// Ranked search over one FTS5 index (`{index}`): the word index or the trigram index.
-const INDEX_SEARCH: &str = "
-    SELECT m.id AS message_id, m.session_id, s.source, s.title, m.role, m.created_at,
-           snippet({index}, -1, ?7, ?8, '…', 16) AS snippet, bm25({index}) AS rank
-    FROM {index}
-    JOIN messages m ON m.id = {index}.rowid
-    JOIN sessions s ON s.id = m.session_id
-    WHERE {index} MATCH ?1
-      AND (?2 IS NULL OR s.source = ?2) AND (?3 IS NULL OR m.role = ?3)
-      AND (?4 IS NULL OR s.user_id = ?4) AND (?5 IS NULL OR m.session_id = ?5)
-    ORDER BY rank LIMIT ?6";
+/// How many of the newest matches are ranked. BM25 over every match of a common word in a big
+/// store takes hundreds of milliseconds; over the newest few thousand it takes a few, and in a
+/// chat history the best hits are almost always among the recent ones.
+const RANK_WINDOW: i64 = 2000;
+
+/// Joins and conditions for the filters (bound as ?2 to ?5), only when a filter is set: the
+/// joins cost a lookup per match.
+fn filters(index: &str, query: &SearchQuery) -> (String, &'static str) {
+    let any = query.source.is_some()
+        || query.role.is_some()
+        || query.user_id.is_some()
+        || query.session_id.is_some();
+    if !any {
+        // Still names ?2 to ?5 (all NULL here): parameters are bound by number, and a gap in
+        // the numbering would shift the later ones.
+        return (String::new(), "AND ?2 IS NULL AND ?3 IS NULL AND ?4 IS NULL AND ?5 IS NULL");
+    }
+    (
+        format!("JOIN messages m ON m.id = {index}.rowid JOIN sessions s ON s.id = m.session_id"),
+        "AND (?2 IS NULL OR s.source = ?2) AND (?3 IS NULL OR m.role = ?3)
+         AND (?4 IS NULL OR s.user_id = ?4) AND (?5 IS NULL OR m.session_id = ?5)",
+    )
+}
 
 /// Literal substring search, newest first, for words the trigram index cannot find (shorter
 /// than three characters). `{condition}` is built from `instr` tests bound from ?9 on.
@@ -106,9 +118,7 @@ impl Store {
         if self.unindexed().await? > 0 {
             self.index_pending().await?;
         }
-        let mut hits = self
-            .run_search(INDEX_SEARCH.replace("{index}", "messages_fts"), &fts, &[], query)
-            .await?;
+        let mut hits = self.ranked_search("messages_fts", &fts, query).await?;
         if query.text.chars().any(is_cjk) {
             let short = items
                 .iter()
@@ -122,8 +132,7 @@ impl Store {
                 }
                 found
             } else {
-                self.run_search(INDEX_SEARCH.replace("{index}", "messages_cjk"), &fts, &[], query)
-                    .await?
+                self.ranked_search("messages_cjk", &fts, query).await?
             };
             for hit in more {
                 if !hits.iter().any(|h| h.message_id == hit.message_id) {
@@ -131,6 +140,77 @@ impl Store {
                 }
             }
             hits.truncate(query.limit as usize);
+        }
+        Ok(hits)
+    }
+
+    /// BM25-ranked hits in `index` among the newest [`RANK_WINDOW`] matches, snippets made
+    /// for the returned hits only.
+    async fn ranked_search(
+        &self,
+        index: &str,
+        fts: &str,
+        query: &SearchQuery,
+    ) -> Result<Vec<SearchHit>, StoreError> {
+        let (joins, conditions) = filters(index, query);
+        let bind_filters = |sql: String| {
+            sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql))
+                .bind(fts.to_owned())
+                .bind(query.source.map(Platform::as_str))
+                .bind(query.role.map(Role::as_str))
+                .bind(query.user_id.clone())
+                .bind(query.session_id.clone())
+        };
+        // Matches are walked newest first, unranked, which is cheap: the window's oldest id.
+        let cutoff = bind_filters(format!(
+            "SELECT {index}.rowid FROM {index} {joins} WHERE {index} MATCH ?1 {conditions}
+             ORDER BY {index}.rowid DESC LIMIT 1 OFFSET ?6"
+        ))
+        .bind(RANK_WINDOW - 1)
+        .fetch_optional(&self.inner.pool)
+        .await?
+        .unwrap_or(0);
+        let ranked: Vec<(i64, f64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {index}.rowid, bm25({index}) AS rank FROM {index} {joins}
+             WHERE {index} MATCH ?1 {conditions} AND {index}.rowid >= ?6
+             ORDER BY rank LIMIT ?7"
+        )))
+        .bind(fts.to_owned())
+        .bind(query.source.map(Platform::as_str))
+        .bind(query.role.map(Role::as_str))
+        .bind(query.user_id.clone())
+        .bind(query.session_id.clone())
+        .bind(cutoff)
+        .bind(i64::from(query.limit))
+        .fetch_all(&self.inner.pool)
+        .await?;
+        if ranked.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<String> = (0..ranked.len()).map(|i| format!("?{}", i + 4)).collect();
+        let ids = ids.join(", ");
+        let mut details = sqlx::query_as::<_, SearchHit>(sqlx::AssertSqlSafe(format!(
+            "SELECT m.id AS message_id, m.session_id, s.source, s.title, m.role, m.created_at,
+                    snippet({index}, -1, ?2, ?3, '…', 16) AS snippet, 0.0 AS rank
+             FROM {index}
+             JOIN messages m ON m.id = {index}.rowid
+             JOIN sessions s ON s.id = m.session_id
+             WHERE {index} MATCH ?1 AND {index}.rowid IN ({ids})"
+        )))
+        .bind(fts.to_owned())
+        .bind(query.mark_open.clone())
+        .bind(query.mark_close.clone());
+        for (id, _) in &ranked {
+            details = details.bind(*id);
+        }
+        let mut found = details.fetch_all(&self.inner.pool).await?;
+        let mut hits = Vec::with_capacity(ranked.len());
+        for (id, rank) in ranked {
+            if let Some(at) = found.iter().position(|h| h.message_id == id) {
+                let mut hit = found.swap_remove(at);
+                hit.rank = rank;
+                hits.push(hit);
+            }
         }
         Ok(hits)
     }
