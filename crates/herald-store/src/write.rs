@@ -1,10 +1,8 @@
 //! The write path: one writer per process, `BEGIN IMMEDIATE`, whole-transaction retry, and
 //! group commit for appends.
 
-use std::fs::File;
-use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
@@ -27,7 +25,6 @@ macro_rules! write_tx {
             let store: &$crate::open::Store = $store;
             let _turn = store.inner.write_lock.lock().await;
             let mut backoff = $crate::write::Backoff::start(store);
-            let _held = store.inner.process_lock.acquire(&backoff).await?;
             loop {
                 let attempt: Result<_, $crate::error::StoreError> = async {
                     let mut tx = store.inner.pool.begin_with("BEGIN IMMEDIATE").await?;
@@ -81,140 +78,6 @@ impl<'a> Backoff<'a> {
     }
 }
 
-impl Backoff<'_> {
-    /// When the write's patience runs out.
-    fn deadline(&self) -> Instant {
-        self.started + self.store.inner.write_patience
-    }
-
-    /// Whether the write has used up its patience.
-    fn exhausted(&self) -> Option<StoreError> {
-        let waited = self.started.elapsed();
-        (waited >= self.store.inner.write_patience).then(|| StoreError::Busy {
-            waited_ms: u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
-        })
-    }
-}
-
-/// An advisory lock on `<db>-lock`, taken by every herald writer around its transaction.
-///
-/// SQLite's own busy handler sleeps 1, 2, 5, 10 ... 100 ms between tries, so under contention
-/// the lock often sits free while every waiter sleeps. herald processes instead queue on this
-/// file lock, polled every fraction of a millisecond on a blocking thread, and reach
-/// `BEGIN IMMEDIATE` when it will succeed. The busy timeout and retries stay in place for other
-/// writers (a `sqlite3` shell, a backup).
-#[derive(Debug)]
-pub(crate) struct ProcessLock {
-    file: Option<Arc<File>>,
-    warned: AtomicBool,
-    /// When this process last let go, to give waiting processes their turn.
-    released: Mutex<Option<Instant>>,
-}
-
-/// Held while a write runs; unlocks on drop.
-pub(crate) struct ProcessLockGuard<'a>(Option<&'a ProcessLock>);
-
-impl Drop for ProcessLockGuard<'_> {
-    fn drop(&mut self) {
-        if let Some(lock) = self.0
-            && let Some(file) = &lock.file
-        {
-            let _ = file.unlock();
-            *lock.released.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
-        }
-    }
-}
-
-/// Waiting processes poll every 50 to 250 µs; one that just let go waits this long before
-/// trying again, so it cannot keep the lock to itself.
-const TURN_GAP: Duration = Duration::from_micros(300);
-
-/// How a poll for the lock ended.
-enum Polled {
-    Locked,
-    TimedOut,
-    Unsupported(std::io::Error),
-}
-
-impl ProcessLock {
-    /// Opens (creating `0600`) the lock file beside the database.
-    pub(crate) fn open(db: &Path) -> std::io::Result<ProcessLock> {
-        let mut name = db.as_os_str().to_owned();
-        name.push("-lock");
-        let path = std::path::PathBuf::from(name);
-        crate::open::create_private_file(&path)?;
-        let file = std::fs::OpenOptions::new().read(true).write(true).open(&path)?;
-        Ok(ProcessLock {
-            file: Some(Arc::new(file)),
-            warned: AtomicBool::new(false),
-            released: Mutex::new(None),
-        })
-    }
-
-    /// Takes the lock, waiting at most the write's remaining patience.
-    pub(crate) async fn acquire(
-        &self,
-        backoff: &Backoff<'_>,
-    ) -> Result<ProcessLockGuard<'_>, StoreError> {
-        let Some(file) = &self.file else { return Ok(ProcessLockGuard(None)) };
-        if file.try_lock().is_ok() && self.took_turn() {
-            return Ok(ProcessLockGuard(Some(self)));
-        }
-        let gap = self.gap();
-        let deadline = backoff.deadline();
-        let file = Arc::clone(file);
-        // Timer resolution on the runtime is a millisecond; a blocking thread polls finer.
-        let polled = tokio::task::spawn_blocking(move || {
-            std::thread::sleep(gap);
-            loop {
-                match file.try_lock() {
-                    Ok(()) => return Polled::Locked,
-                    Err(std::fs::TryLockError::WouldBlock) if Instant::now() >= deadline => {
-                        return Polled::TimedOut;
-                    }
-                    Err(std::fs::TryLockError::WouldBlock) => {
-                        std::thread::sleep(Duration::from_micros(rand::random_range(50..=250)));
-                    }
-                    Err(std::fs::TryLockError::Error(e)) => return Polled::Unsupported(e),
-                }
-            }
-        })
-        .await
-        .map_err(|_| StoreError::WriterGone)?;
-        match polled {
-            Polled::Locked => Ok(ProcessLockGuard(Some(self))),
-            Polled::TimedOut => {
-                Err(backoff.exhausted().unwrap_or(StoreError::Busy { waited_ms: 0 }))
-            }
-            Polled::Unsupported(e) => {
-                // A filesystem without locks: SQLite's busy handling still keeps writes safe.
-                if !self.warned.swap(true, Ordering::Relaxed) {
-                    warn!(error = %e, "cannot lock the store's lock file; relying on SQLite's busy handling alone");
-                }
-                Ok(ProcessLockGuard(None))
-            }
-        }
-    }
-
-    /// The pause owed to other processes since this one let go.
-    fn gap(&self) -> Duration {
-        let released = *self.released.lock().unwrap_or_else(|p| p.into_inner());
-        released.and_then(|r| TURN_GAP.checked_sub(r.elapsed())).unwrap_or_default()
-    }
-
-    /// After taking the lock on the first try: keep it unless this process only just let go,
-    /// in which case give it back so waiting processes get their turn first.
-    fn took_turn(&self) -> bool {
-        if self.gap().is_zero() {
-            return true;
-        }
-        if let Some(file) = &self.file {
-            let _ = file.unlock();
-        }
-        false
-    }
-}
-
 /// Appends waiting to be committed together.
 #[derive(Debug, Default)]
 pub(crate) struct AppendQueue {
@@ -258,13 +121,7 @@ impl Store {
             return;
         }
         let mut backoff = Backoff::start(self);
-        let held = self.inner.process_lock.acquire(&backoff).await;
-        if let Err(e) = held {
-            for pending in batch {
-                let _ = pending.reply.send(Err(e.duplicate()));
-            }
-            return;
-        }
+
         let outcome = loop {
             let attempt: Result<Vec<Result<Appended, StoreError>>, StoreError> = async {
                 let mut tx = self.inner.pool.begin_with("BEGIN IMMEDIATE").await?;
@@ -308,7 +165,6 @@ impl Store {
                 done => break done,
             }
         };
-        drop(held);
         match outcome {
             Ok(results) => {
                 let stored = results

@@ -74,9 +74,18 @@ fn store_checks(health: &Health) -> Vec<Check> {
             health.journal_mode
         ),
     };
-    let fts = match health.fts5 {
-        true => "FTS5 search index present",
-        false => "FTS5 or the search index is missing; this SQLite cannot search messages",
+    let search_ok = health.fts5 && health.search_index_ok;
+    let fts = match (health.fts5, health.search_index_ok) {
+        (true, true) => format!(
+            "FTS5 search index present and consistent ({} messages waiting to be indexed)",
+            health.unindexed
+        ),
+        (true, false) => "the search index does not match the messages; run \
+             `sqlite3 STATE_DB \"INSERT INTO messages_fts(messages_fts) VALUES('rebuild')\"`"
+            .to_owned(),
+        (false, _) => {
+            "FTS5 or the search index is missing; this SQLite cannot search messages".to_owned()
+        }
     };
     let intact = health.integrity == ["ok"];
     let integrity = match intact {
@@ -89,7 +98,7 @@ fn store_checks(health: &Health) -> Vec<Check> {
     vec![
         Check::new("schema", found == known, schema),
         Check::new("journal", wal, journal),
-        Check::new("search", health.fts5, fts),
+        Check::new("search", search_ok, fts),
         Check::new("integrity", intact, integrity),
     ]
 }
