@@ -100,6 +100,7 @@ impl Store {
                 }
                 Ok((_, false)) => {
                     indexer.backlog.store(0, Ordering::Relaxed);
+                    self.checkpoint().await;
                     return;
                 }
                 Err(e) => {
@@ -109,6 +110,19 @@ impl Store {
                     return;
                 }
             }
+        }
+    }
+}
+
+impl Store {
+    /// Copies the WAL back into the database while nobody is waiting on a write. PASSIVE never
+    /// blocks writers or readers; what it cannot copy now waits for the next quiet moment.
+    async fn checkpoint(&self) {
+        let _turn = self.inner.write_lock.lock().await;
+        if let Err(e) =
+            sqlx::query("PRAGMA wal_checkpoint(PASSIVE)").execute(&self.inner.pool).await
+        {
+            warn!(error = %e, "WAL checkpoint failed; SQLite will checkpoint on its own later");
         }
     }
 }
