@@ -50,6 +50,12 @@ struct AgentLine {
     own_p99_ms: f64,
     model_p50_ms: f64,
     turn_p99_ms: f64,
+    /// Reading the prompt and history back from the store.
+    read_p50_ms: f64,
+    read_p99_ms: f64,
+    /// Storing the turn's messages.
+    store_p50_ms: f64,
+    store_p99_ms: f64,
 }
 
 /// The real provider, timing each call so herald's own time can be told apart.
@@ -108,6 +114,8 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<Outcome> {
     let mut own = Vec::with_capacity(args.turns as usize);
     let mut model = Vec::with_capacity(args.turns as usize);
     let mut whole = Vec::with_capacity(args.turns as usize);
+    let mut reads = Vec::with_capacity(args.turns as usize);
+    let mut stores = Vec::with_capacity(args.turns as usize);
     let started = Instant::now();
     for turn in 0..args.turns {
         let session = &sessions[turn as usize % sessions.len()];
@@ -118,6 +126,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<Outcome> {
         let mut history: Vec<Message> =
             store.history(&session.id).await?.into_iter().map(wiring::to_agent).collect();
         history.push(Message::user(line.clone()));
+        reads.push(began.elapsed());
         let agent = Agent {
             provider: &provider,
             tools: &tools,
@@ -133,7 +142,9 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<Outcome> {
         let output = agent.run(&history, &context, &Default::default()).await?;
         let mut delta = vec![NewMessage::user(line)];
         delta.extend(output.messages.iter().map(wiring::to_store));
+        let storing = Instant::now();
         store.append_turn(&session.id, delta, wiring::usage(output.usage)).await?;
+        stores.push(storing.elapsed());
         let total = began.elapsed();
         let spent = *provider.spent.lock().unwrap_or_else(|p| p.into_inner());
         whole.push(total);
@@ -145,6 +156,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<Outcome> {
 
     let micros = |v: &[Duration]| Latencies::from_micros(v.iter().map(|d| d.as_micros() as u64));
     let (own, model, whole) = (micros(&own), micros(&model), micros(&whole));
+    let (reads, stores) = (micros(&reads), micros(&stores));
     let line = AgentLine {
         scenario: "agent-overhead",
         turns: args.turns,
@@ -154,6 +166,10 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<Outcome> {
         own_p99_ms: own.percentile(99.0),
         model_p50_ms: model.percentile(50.0),
         turn_p99_ms: round(whole.percentile(99.0), 3),
+        read_p50_ms: reads.percentile(50.0),
+        read_p99_ms: reads.percentile(99.0),
+        store_p50_ms: stores.percentile(50.0),
+        store_p99_ms: stores.percentile(99.0),
     };
     eprintln!("agent-overhead: {} turns in {elapsed:.2} s", args.turns);
     Ok(Outcome { line: serde_json::to_string(&line)?, ok: true })
