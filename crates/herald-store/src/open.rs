@@ -12,7 +12,7 @@ use tracing::{debug, warn};
 
 use crate::error::StoreError;
 use crate::index::Indexer;
-use crate::write::AppendQueue;
+use crate::write::{AppendQueue, ProcessLock};
 
 /// The migrations of top-level `migrations/`, embedded at build time.
 pub(crate) static MIGRATOR: Migrator = sqlx::migrate!("../../migrations");
@@ -60,6 +60,8 @@ pub(crate) struct Inner {
     pub(crate) appends: AppendQueue,
     pub(crate) busy_retries: AtomicU64,
     pub(crate) indexer: Indexer,
+    /// Serializes writers across herald processes (see [`ProcessLock`]).
+    pub(crate) process_lock: ProcessLock,
 }
 
 impl Store {
@@ -68,6 +70,7 @@ impl Store {
         let path = options.path.clone();
         let fail = |reason: String| StoreError::Open { path: path.clone(), reason };
         create_private_file(&path).map_err(|e| fail(e.to_string()))?;
+        let process_lock = ProcessLock::open(&path).map_err(|e| fail(e.to_string()))?;
 
         let connect = SqliteConnectOptions::new()
             .filename(&path)
@@ -107,6 +110,7 @@ impl Store {
                 appends: AppendQueue::default(),
                 busy_retries: AtomicU64::new(0),
                 indexer: Indexer::default(),
+                process_lock,
             }),
         })
     }
@@ -144,7 +148,7 @@ impl Store {
 
 /// Creates the database file `0600` (and its directory `0700`) before SQLite does, so the
 /// file and the `-wal`/`-shm` files SQLite derives from it are private from the first byte.
-fn create_private_file(path: &Path) -> std::io::Result<()> {
+pub(crate) fn create_private_file(path: &Path) -> std::io::Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
         fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
     }

@@ -1,8 +1,10 @@
 //! The write path: one writer per process, `BEGIN IMMEDIATE`, whole-transaction retry, and
 //! group commit for appends.
 
-use std::sync::Mutex;
+use std::fs::File;
+use std::path::Path;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
@@ -25,6 +27,7 @@ macro_rules! write_tx {
             let store: &$crate::open::Store = $store;
             let _turn = store.inner.write_lock.lock().await;
             let mut backoff = $crate::write::Backoff::start(store);
+            let _held = store.inner.process_lock.acquire(&backoff).await?;
             loop {
                 let attempt: Result<_, $crate::error::StoreError> = async {
                     let mut tx = store.inner.pool.begin_with("BEGIN IMMEDIATE").await?;
@@ -56,6 +59,12 @@ impl<'a> Backoff<'a> {
         Backoff { store, started: Instant::now() }
     }
 
+    /// The error for a write that ran out of patience.
+    pub(crate) fn busy(&self) -> StoreError {
+        let waited_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        StoreError::Busy { waited_ms }
+    }
+
     /// Sleeps before the next attempt, or gives up with [`StoreError::Busy`].
     pub(crate) async fn wait(&mut self) -> Result<(), StoreError> {
         let waited = self.started.elapsed();
@@ -75,6 +84,91 @@ impl<'a> Backoff<'a> {
         };
         tokio::time::sleep(delay.min(patience - waited)).await;
         Ok(())
+    }
+}
+
+impl Backoff<'_> {
+    /// The patience left to this write.
+    fn remaining(&self) -> Duration {
+        self.store.inner.write_patience.saturating_sub(self.started.elapsed())
+    }
+}
+
+/// An advisory lock on `<db>-lock` that herald processes take around every write transaction.
+///
+/// Without it, processes meet only in SQLite's busy handler, which sleeps 1, 2, 5 ... 100 ms
+/// between tries: a process that lost a few times sleeps longest and keeps losing, and some
+/// chats wait seconds. The kernel queues `flock` waiters and wakes them as the lock frees, so
+/// processes take turns. SQLite's busy timeout and the retries still cover other writers (a
+/// `sqlite3` shell, a backup).
+#[derive(Debug)]
+pub(crate) struct ProcessLock {
+    file: Option<Arc<File>>,
+}
+
+/// Held while a write runs; unlocks on drop.
+#[derive(Debug)]
+pub(crate) struct ProcessLockGuard(Option<Arc<File>>);
+
+impl Drop for ProcessLockGuard {
+    fn drop(&mut self) {
+        if let Some(file) = &self.0 {
+            let _ = file.unlock();
+        }
+    }
+}
+
+/// Between the thread blocked in `flock` and the write that may stop waiting for it.
+#[derive(Debug, Default)]
+struct Handover {
+    locked: bool,
+    abandoned: bool,
+}
+
+impl ProcessLock {
+    /// Opens (creating `0600`) the lock file beside the database. A filesystem that cannot
+    /// lock files gets no lock, with one warning; SQLite's busy handling still keeps it safe.
+    pub(crate) fn open(db: &Path) -> std::io::Result<ProcessLock> {
+        let mut name = db.as_os_str().to_owned();
+        name.push("-lock");
+        let path = std::path::PathBuf::from(name);
+        crate::open::create_private_file(&path)?;
+        let file = std::fs::OpenOptions::new().read(true).write(true).open(&path)?;
+        if let Err(std::fs::TryLockError::Error(e)) = file.try_lock().map(|()| file.unlock()) {
+            warn!(path = %path.display(), error = %e, "cannot lock files here; writers will meet in SQLite's busy handler only");
+            return Ok(ProcessLock { file: None });
+        }
+        Ok(ProcessLock { file: Some(Arc::new(file)) })
+    }
+
+    /// Waits for the lock, at most the write's remaining patience.
+    pub(crate) async fn acquire(
+        &self,
+        backoff: &Backoff<'_>,
+    ) -> Result<ProcessLockGuard, StoreError> {
+        let Some(file) = &self.file else { return Ok(ProcessLockGuard(None)) };
+        // No quick try first: a process that just let go would win it back before the
+        // processes the kernel is waking, and they would wait for rounds.
+        let handover = Arc::new(Mutex::new(Handover::default()));
+        let waiter = {
+            let (file, handover) = (Arc::clone(file), Arc::clone(&handover));
+            tokio::task::spawn_blocking(move || {
+                let locked = file.lock().is_ok();
+                let mut state = handover.lock().unwrap_or_else(|p| p.into_inner());
+                if locked && state.abandoned {
+                    let _ = file.unlock();
+                }
+                state.locked = locked;
+            })
+        };
+        let waited = tokio::time::timeout(backoff.remaining(), waiter).await;
+        let mut state = handover.lock().unwrap_or_else(|p| p.into_inner());
+        if waited.is_err() && !state.locked {
+            // The blocked thread lets go of the lock as soon as it gets it.
+            state.abandoned = true;
+            return Err(backoff.busy());
+        }
+        Ok(ProcessLockGuard(state.locked.then(|| Arc::clone(file))))
     }
 }
 
@@ -121,7 +215,15 @@ impl Store {
             return;
         }
         let mut backoff = Backoff::start(self);
-
+        let held = match self.inner.process_lock.acquire(&backoff).await {
+            Ok(held) => held,
+            Err(e) => {
+                for pending in batch {
+                    let _ = pending.reply.send(Err(e.duplicate()));
+                }
+                return;
+            }
+        };
         let outcome = loop {
             let attempt: Result<Vec<Result<Appended, StoreError>>, StoreError> = async {
                 let mut tx = self.inner.pool.begin_with("BEGIN IMMEDIATE").await?;
@@ -165,6 +267,7 @@ impl Store {
                 done => break done,
             }
         };
+        drop(held);
         match outcome {
             Ok(results) => {
                 let stored = results

@@ -72,3 +72,31 @@ async fn a_lock_held_past_patience_gives_a_clear_error() {
     store.append_messages(&session.id, turn(2)).await.unwrap();
     assert_eq!(store.history(&session.id).await.unwrap().len(), 4);
 }
+
+#[tokio::test]
+async fn herald_writers_queue_on_the_lock_file_within_patience() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let store = Store::open(options(&path, 50, 300)).await.unwrap();
+    let session = store.create_session(&session_for(Platform::Cli, "me")).await.unwrap();
+    // Another herald process in the middle of a write holds the lock file.
+    let other = std::fs::File::open(dir.path().join("state.db-lock")).unwrap();
+    other.lock().unwrap();
+    let started = Instant::now();
+    let err = store.append_messages(&session.id, turn(1)).await.unwrap_err();
+    assert!(matches!(err, StoreError::Busy { .. }), "{err:?}");
+    assert!(started.elapsed() < Duration::from_secs(3));
+    // Once it lets go, the next write goes through at once.
+    other.unlock().unwrap();
+    let writer = tokio::spawn({
+        let store = store.clone();
+        let id = session.id.clone();
+        async move { store.append_messages(&id, turn(2)).await }
+    });
+    assert_eq!(writer.await.unwrap().unwrap().len(), 4);
+    assert_eq!(store.history(&session.id).await.unwrap().len(), 4);
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(dir.path().join("state.db-lock")).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600);
+}
