@@ -100,7 +100,9 @@ impl Backoff<'_> {
 /// between tries: a process that lost a few times sleeps longest and keeps losing, and some
 /// chats wait seconds. The kernel queues `flock` waiters and wakes them as the lock frees, so
 /// processes take turns. SQLite's busy timeout and the retries still cover other writers (a
-/// `sqlite3` shell, a backup).
+/// `sqlite3` shell, a backup), and they alone keep writes correct: the lock file only orders
+/// herald's writers, so a lock lost in a race (an abandoned waiter letting go of the lock its
+/// process shares) costs fairness for a moment, never data.
 #[derive(Debug)]
 pub(crate) struct ProcessLock {
     file: Option<Arc<File>>,
