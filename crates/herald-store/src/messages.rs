@@ -86,19 +86,17 @@ impl NewMessage {
 }
 
 /// A message as stored, in history order.
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct StoredMessage {
     /// The ordering key.
     pub id: i64,
     /// The session it belongs to.
     pub session_id: String,
     /// Who wrote it.
-    #[sqlx(try_from = "String")]
     pub role: Role,
     /// Its text.
     pub content: String,
     /// The assistant's tool calls, as JSON.
-    #[sqlx(json(nullable))]
     pub tool_calls: Option<serde_json::Value>,
     /// For a tool result: the call it answers.
     pub tool_call_id: Option<String>,

@@ -215,6 +215,7 @@ impl Store {
         Ok(hits)
     }
 
+    /// The literal fallback: runs [`LITERAL_SEARCH`] with its substring words bound from ?9.
     async fn run_search(
         &self,
         sql: String,

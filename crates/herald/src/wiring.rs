@@ -21,22 +21,28 @@ pub fn provider(config: &Config) -> Result<OpenAiProvider, NoModel> {
     let model = &config.model;
     let key = config::resolve(&model.api_key_env).ok().map(|s| s.expose().to_owned());
     if key.is_none() && model.base_url.contains("api.openai.com") {
-        return Err(NoModel { var: model.api_key_env.clone() });
+        return Err(NoModel::NoKey { var: model.api_key_env.clone() });
     }
     let timeout = Duration::from_secs(model.request_timeout_s);
     OpenAiProvider::new(&model.base_url, key, timeout, RetryPolicy::default())
-        .map_err(|_| NoModel { var: model.api_key_env.clone() })
+        .map_err(|e| NoModel::Client(e.to_string()))
 }
 
 /// No model can be reached with this configuration.
 #[derive(Debug, thiserror::Error)]
-#[error(
-    "no model is configured: set {var} to an OpenAI API key, or point [model] base_url at any \
-     OpenAI-compatible server (a local one needs no key; see the README's offline trial)"
-)]
-pub struct NoModel {
-    /// The variable that would hold the key.
-    pub var: String,
+pub enum NoModel {
+    /// OpenAI's endpoint without a key.
+    #[error(
+        "no model is configured: set {var} to an OpenAI API key, or point [model] base_url at any \
+         OpenAI-compatible server (a local one needs no key; see the README's offline trial)"
+    )]
+    NoKey {
+        /// The variable that would hold the key.
+        var: String,
+    },
+    /// The HTTP client could not be set up (TLS roots, for one).
+    #[error("{0}")]
+    Client(String),
 }
 
 /// `session_search` and `current_time`, searching this store.

@@ -27,9 +27,14 @@ const HELP: &str = "\
 /// Runs the chat until the person quits.
 pub async fn run(loaded: &Loaded, args: ChatArgs) -> anyhow::Result<ExitCode> {
     let config = &loaded.config;
-    let provider = wiring::provider(config).map_err(|e| {
-        ConfigError::for_key(loaded.path.as_deref(), "model.api_key_env", e.to_string())
-    })?;
+    let provider = match wiring::provider(config) {
+        Ok(provider) => provider,
+        Err(e @ wiring::NoModel::NoKey { .. }) => {
+            let key = "model.api_key_env";
+            return Err(ConfigError::for_key(loaded.path.as_deref(), key, e.to_string()).into());
+        }
+        Err(e) => return Err(e).context("could not set up the model client"),
+    };
     let store = Store::open(config.store_options()).await?;
     let mut chat = session::Chat::start(&store, config, &args).await?;
     let tools = wiring::tools(&store);
