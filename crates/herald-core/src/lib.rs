@@ -1,10 +1,19 @@
 //! herald's vocabulary: the plain data every other crate speaks.
 //!
 //! Depends on nothing of ours. Platform wire types never appear here; adapters translate
-//! into these types at their edge.
+//! into these types at their edge. The [`Adapter`] trait is the boundary every platform crate
+//! implements and the gateway drives.
 
+mod adapter;
+mod chat;
+mod message;
 mod platform;
 mod role;
 
+pub use adapter::{
+    Adapter, AdapterContext, AdapterError, AdapterEvent, Capabilities, LengthUnit, Markup,
+};
+pub use chat::{ChatKind, ChatRef, SessionKey, UserRef};
+pub use message::{Ack, Inbound, Outbound, SendError, SentId, backoff};
 pub use platform::{ParsePlatformError, Platform};
 pub use role::{ParseRoleError, Role};

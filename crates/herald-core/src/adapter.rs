@@ -1,0 +1,130 @@
+//! The boundary between the gateway and one chat platform.
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::Platform;
+use crate::message::{Inbound, Outbound};
+
+/// How a platform measures a message's length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LengthUnit {
+    /// UTF-16 code units (Telegram).
+    Utf16,
+    /// Unicode scalar values (Discord, Slack).
+    Chars,
+}
+
+impl LengthUnit {
+    /// The length of `text` in this unit.
+    pub fn len(self, text: &str) -> usize {
+        match self {
+            LengthUnit::Utf16 => text.encode_utf16().count(),
+            LengthUnit::Chars => text.chars().count(),
+        }
+    }
+}
+
+/// The markup a platform renders.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Markup {
+    /// Telegram's HTML subset.
+    TelegramHtml,
+    /// Slack mrkdwn.
+    SlackMrkdwn,
+    /// Markdown as written (Discord).
+    Markdown,
+}
+
+/// What a platform can do, for the gateway and the chunker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// The longest message the platform accepts.
+    pub max_len: usize,
+    /// The unit `max_len` counts in.
+    pub unit: LengthUnit,
+    /// The markup replies are converted to.
+    pub markup: Markup,
+    /// Whether sent messages can be edited.
+    pub edit: bool,
+    /// Whether a typing indicator exists.
+    pub typing: bool,
+    /// How long a typing indicator lasts before it must be sent again.
+    pub typing_lasts: Duration,
+}
+
+/// What an adapter reports to the gateway.
+#[derive(Debug)]
+pub enum AdapterEvent {
+    /// Connected (again) to the platform, as the bot named here.
+    Connected {
+        /// The bot's username or name on the platform.
+        bot: String,
+    },
+    /// The connection failed; the adapter retries after `retry_in`.
+    Retrying {
+        /// One line saying what went wrong (never a secret).
+        error: String,
+        /// When the next attempt is made.
+        retry_in: Duration,
+    },
+    /// A message for the bot.
+    Inbound(Inbound),
+    /// Every inbound message before this position was settled: persist it, and hand it back as
+    /// [`AdapterContext::cursor`] on the next start so nothing is replayed or skipped.
+    Cursor(String),
+}
+
+/// What the gateway gives an adapter to run with.
+#[derive(Debug)]
+pub struct AdapterContext {
+    /// Where the adapter sends what happens.
+    pub events: mpsc::Sender<AdapterEvent>,
+    /// What the gateway asks the adapter to send.
+    pub outbound: mpsc::Receiver<Outbound>,
+    /// The last persisted cursor, if any.
+    pub cursor: Option<String>,
+}
+
+/// Why an adapter stopped for good.
+#[derive(Debug, thiserror::Error)]
+pub enum AdapterError {
+    /// The platform refused the credentials: retrying cannot help.
+    #[error("{platform} refused the token: {detail}; check {hint}")]
+    Unauthorized {
+        /// The platform.
+        platform: Platform,
+        /// What the platform said.
+        detail: String,
+        /// What to check (the variable holding the token).
+        hint: String,
+    },
+    /// Anything else that stops the adapter.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// One chat platform: it turns platform events into [`AdapterEvent`]s and carries
+/// [`Outbound`] requests back to the platform, until `shutdown` is cancelled.
+///
+/// An adapter never gives up on a lost connection: it reports [`AdapterEvent::Retrying`] and
+/// reconnects with capped backoff. It returns an error only when retrying cannot help.
+pub trait Adapter: Send + 'static {
+    /// The platform this adapter speaks to.
+    fn platform(&self) -> Platform;
+
+    /// What the platform can do.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Runs the adapter. When `shutdown` is cancelled it stops taking new messages but keeps
+    /// delivering outbound requests (the gateway's drain) until every sender of `ctx.outbound`
+    /// is dropped, then returns.
+    fn run(
+        self,
+        ctx: AdapterContext,
+        shutdown: CancellationToken,
+    ) -> impl Future<Output = Result<(), AdapterError>> + Send;
+}

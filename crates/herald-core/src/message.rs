@@ -1,0 +1,142 @@
+//! What adapters hand the gateway (`Inbound`) and what the gateway asks them to do (`Outbound`).
+
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use crate::chat::{ChatRef, UserRef};
+
+/// A message a person wrote to the bot, translated from the platform's event.
+#[derive(Debug)]
+pub struct Inbound {
+    /// The platform's id for this message, stable across redelivery (dedupe key).
+    pub id: String,
+    /// Where it was written.
+    pub chat: ChatRef,
+    /// Who wrote it.
+    pub user: UserRef,
+    /// The text, with a leading mention of the bot removed and `/cmd@bot` reduced to `/cmd`.
+    pub text: String,
+    /// Whether the message mentions the bot.
+    pub mentioned: bool,
+    /// Whether the message replies to one of the bot's messages.
+    pub reply_to_bot: bool,
+    /// Settled by the gateway once the message is stored (or deliberately ignored).
+    pub ack: Ack,
+}
+
+impl Inbound {
+    /// Whether the message is addressed to the bot (a mention or a reply to it).
+    pub fn addressed(&self) -> bool {
+        self.mentioned || self.reply_to_bot
+    }
+}
+
+/// The gateway's promise about one inbound message: settled once it is durable.
+///
+/// Adapters advance their platform cursor (the Telegram update offset) only past messages
+/// whose ack was settled; an ack dropped unsettled means "not kept: deliver it again".
+#[derive(Debug)]
+pub struct Ack(Option<oneshot::Sender<()>>);
+
+impl Ack {
+    /// A new ack and the receiver that resolves when it is settled (an error when dropped).
+    pub fn new() -> (Ack, oneshot::Receiver<()>) {
+        let (tx, rx) = oneshot::channel();
+        (Ack(Some(tx)), rx)
+    }
+
+    /// An ack nobody waits for.
+    pub fn none() -> Ack {
+        Ack(None)
+    }
+
+    /// Marks the message as kept: stored, or deliberately ignored.
+    pub fn settle(mut self) {
+        if let Some(tx) = self.0.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+/// The platform's id of a message the bot sent.
+pub type SentId = String;
+
+/// Something the gateway asks an adapter to do.
+#[derive(Debug)]
+pub enum Outbound {
+    /// Send a reply, written in markdown: the adapter converts the markup and splits it to the
+    /// platform's limit. `done` receives the ids of the messages sent, or the failure.
+    Send {
+        /// Where to send it.
+        chat: ChatRef,
+        /// Markdown text.
+        text: String,
+        /// Reply to this platform message id, if the platform supports replies.
+        reply_to: Option<String>,
+        /// Resolved when the platform accepted every part, or when sending failed for good.
+        done: Option<oneshot::Sender<Result<Vec<SentId>, SendError>>>,
+    },
+    /// Replace the text of a message the bot sent before.
+    Edit {
+        /// The chat of the message.
+        chat: ChatRef,
+        /// The message to edit.
+        message: SentId,
+        /// New markdown text (within one message's limit).
+        text: String,
+    },
+    /// Show that the bot is working ("typing..."); platforms clear it by themselves.
+    Typing {
+        /// The chat to show it in.
+        chat: ChatRef,
+    },
+}
+
+/// Why a message could not be delivered after the adapter's retries.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum SendError {
+    /// The platform refused it for good (chat not found, bot blocked, message invalid).
+    #[error("the platform refused the message: {0}")]
+    Rejected(String),
+    /// The platform kept failing or could not be reached within the retries.
+    #[error("the platform could not be reached: {0}")]
+    Unreachable(String),
+    /// The adapter stopped before the message was sent.
+    #[error("the adapter stopped")]
+    Stopped,
+}
+
+/// How long to wait before retrying a platform call: the platform's `retry_after` when it gave
+/// one, else capped exponential backoff from `attempt` (0-based).
+pub fn backoff(attempt: u32, retry_after: Option<Duration>, cap: Duration) -> Duration {
+    if let Some(after) = retry_after {
+        return after;
+    }
+    let base = Duration::from_millis(250).saturating_mul(1 << attempt.min(16));
+    base.min(cap)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_to_the_cap_and_honours_retry_after() {
+        let cap = Duration::from_secs(30);
+        assert_eq!(backoff(0, None, cap), Duration::from_millis(250));
+        assert_eq!(backoff(2, None, cap), Duration::from_secs(1));
+        assert_eq!(backoff(40, None, cap), cap);
+        assert_eq!(backoff(5, Some(Duration::from_secs(3)), cap), Duration::from_secs(3));
+    }
+
+    #[tokio::test]
+    async fn a_dropped_ack_is_not_a_settled_one() {
+        let (ack, rx) = Ack::new();
+        drop(ack);
+        assert!(rx.await.is_err());
+        let (ack, rx) = Ack::new();
+        ack.settle();
+        assert!(rx.await.is_ok());
+    }
+}

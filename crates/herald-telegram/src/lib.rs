@@ -1,0 +1,1 @@
+//! herald's Telegram adapter (work in progress).
