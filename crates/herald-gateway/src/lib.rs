@@ -1,0 +1,1 @@
+//! herald gateway (work in progress).
