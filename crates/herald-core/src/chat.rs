@@ -105,6 +105,11 @@ impl SessionKey {
         SessionKey(key)
     }
 
+    /// A key as stored before (in a route or the inbound queue).
+    pub fn from_stored(key: impl Into<String>) -> Self {
+        SessionKey(key.into())
+    }
+
     /// The key as text.
     pub fn as_str(&self) -> &str {
         &self.0
@@ -136,6 +141,10 @@ mod tests {
             true,
             "telegram:group:-100:thread:7",
         );
-        check(ChatRef::group(Platform::Slack, "C1").in_thread("17.5"), false, "slack:group:C1:thread:17.5");
+        check(
+            ChatRef::group(Platform::Slack, "C1").in_thread("17.5"),
+            false,
+            "slack:group:C1:thread:17.5",
+        );
     }
 }

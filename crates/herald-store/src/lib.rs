@@ -6,9 +6,11 @@
 //! commit) so a busy gateway pays for one commit, not one per chat. Depends only on herald-core.
 
 mod error;
+mod gateway;
 mod index;
 mod messages;
 mod open;
+mod pairing;
 mod raw;
 mod routes;
 mod search;
@@ -18,8 +20,10 @@ mod time;
 mod write;
 
 pub use error::StoreError;
+pub use gateway::QueuedInbound;
 pub use messages::{Appended, NewMessage, StoredMessage, TokenUsage};
 pub use open::{Store, StoreOptions};
+pub use pairing::{ApproveError, ApprovedUser, NewPairing, PairingIssue, PairingRequest};
 pub use raw::write_turns_raw;
 pub use search::{SearchHit, SearchQuery, sanitize_query};
 pub use sessions::{NewSession, Session, SessionFilter};

@@ -182,6 +182,30 @@ impl Store {
         .await
     }
 
+    /// Records the id of an inbound message that is not kept as a message (a slash command),
+    /// so that a redelivery is recognized. Returns whether the id was new.
+    pub async fn record_inbound(
+        &self,
+        platform: Platform,
+        platform_message_id: &str,
+        session_id: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        crate::write::write_tx!(self, |conn| async {
+            let fresh = sqlx::query(
+                "INSERT INTO processed_inbound (platform, message_id, session_id, received_at)
+                 VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            )
+            .bind(platform.as_str())
+            .bind(platform_message_id)
+            .bind(session_id)
+            .bind(now_ms())
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+            Ok::<_, StoreError>(fresh > 0)
+        })
+    }
+
     /// A session's messages in the order they were written.
     ///
     /// Read as one JSON array built by SQLite: one row to hand over instead of hundreds, which

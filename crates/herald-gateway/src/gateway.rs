@@ -1,0 +1,206 @@
+//! The gateway's top level: adapters started, the router's loop, and the drain at shutdown.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use herald_agent::{Provider, ToolRegistry};
+use herald_core::{Adapter, AdapterContext, AdapterEvent, Platform};
+use herald_store::{Store, StoreError};
+use tokio::sync::{Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{info, warn};
+
+use crate::link::{Link, PlatformState, PlatformStates};
+use crate::router::{CURSOR, Event, Router};
+use crate::settings::GatewaySettings;
+use crate::shared::Shared;
+
+/// Outbound requests an adapter may have waiting.
+const OUTBOUND_QUEUE: usize = 1024;
+/// How long adapters get to deliver the last replies after the drain.
+const ADAPTER_FLUSH: Duration = Duration::from_secs(10);
+
+/// The daemon: platforms in, sessions and the agent in the middle, replies out.
+#[derive(Debug)]
+pub struct Gateway<P> {
+    store: Store,
+    provider: P,
+    tools: ToolRegistry,
+    settings: GatewaySettings,
+    links: HashMap<Platform, Link>,
+    events: (mpsc::Sender<(Platform, Event)>, mpsc::Receiver<(Platform, Event)>),
+    adapters: TaskTracker,
+    stop_adapters: CancellationToken,
+    states: PlatformStates,
+}
+
+impl<P: Provider + 'static> Gateway<P> {
+    /// A gateway over this store, answering with this provider and these tools.
+    pub fn new(store: Store, provider: P, tools: ToolRegistry, settings: GatewaySettings) -> Self {
+        Gateway {
+            store,
+            provider,
+            tools,
+            settings,
+            links: HashMap::new(),
+            events: mpsc::channel(OUTBOUND_QUEUE),
+            adapters: TaskTracker::new(),
+            stop_adapters: CancellationToken::new(),
+            states: PlatformStates::default(),
+        }
+    }
+
+    /// Each platform's state, for health reports; it stays current while the gateway runs.
+    pub fn states(&self) -> PlatformStates {
+        self.states.clone()
+    }
+
+    /// Starts a platform adapter, resuming from its saved cursor. A platform that fails later
+    /// is reported and the others keep running.
+    pub async fn add_adapter<A: Adapter>(&mut self, adapter: A) -> Result<(), StoreError> {
+        let platform = adapter.platform();
+        let cursor = self.store.cursor(platform, CURSOR).await?;
+        let (outbound, outbound_rx) = mpsc::channel(OUTBOUND_QUEUE);
+        let (adapter_events, mut adapter_rx) = mpsc::channel(OUTBOUND_QUEUE);
+        self.links.insert(platform, Link { outbound, caps: adapter.capabilities() });
+        self.states.set(platform, PlatformState::Starting);
+        let context = AdapterContext { events: adapter_events, outbound: outbound_rx, cursor };
+        let events = self.events.0.clone();
+        let stop = self.stop_adapters.clone();
+        self.adapters.spawn(async move {
+            let forward = async {
+                while let Some(event) = adapter_rx.recv().await {
+                    if events.send((platform, Event::Adapter(event))).await.is_err() {
+                        break;
+                    }
+                }
+            };
+            let (result, ()) = tokio::join!(adapter.run(context, stop), forward);
+            let _ =
+                events.send((platform, Event::Stopped(result.err().map(|e| e.to_string())))).await;
+        });
+        Ok(())
+    }
+
+    /// Runs until `shutdown` resolves, then stops taking messages, lets running turns finish
+    /// for up to `drain_timeout`, delivers their replies and closes the store.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), StoreError> {
+        let Gateway {
+            store,
+            provider,
+            tools,
+            settings,
+            links,
+            events,
+            adapters,
+            stop_adapters,
+            states,
+        } = self;
+        let (_, mut events) = events;
+        let drain = settings.drain_timeout;
+        let shared = Arc::new(Shared {
+            store: store.clone(),
+            provider,
+            tools,
+            runs: Arc::new(Semaphore::new(settings.max_concurrent_runs.max(1))),
+            settings,
+            links,
+            stop_turns: CancellationToken::new(),
+        });
+        let stop_turns = shared.stop_turns.clone();
+        let (idle_tx, mut idle_rx) = mpsc::channel(64);
+        let mut router = Router::new(shared, states, idle_tx);
+        router.recover().await;
+        info!("gateway running");
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                biased;
+                () = &mut shutdown => break,
+                Some((platform, event)) = events.recv() => router.on_event(platform, event).await,
+                Some(idle) = idle_rx.recv() => router.on_idle(idle),
+            }
+        }
+
+        info!(
+            workers = router.workers.len(),
+            drain_s = drain.as_secs(),
+            "shutting down: finishing running turns"
+        );
+        stop_adapters.cancel();
+        router.workers.clear();
+        router.tracker.close();
+        let workers = router.tracker.clone();
+        let finished = keep_cursors(&router, &mut events, workers.wait(), drain).await;
+        if !finished {
+            warn!(
+                "the drain time is over: stopping the turns still running (their messages are answered after the restart)"
+            );
+            stop_turns.cancel();
+            keep_cursors(&router, &mut events, workers.wait(), Duration::from_secs(5)).await;
+        }
+        // The last senders of the adapters' outbound queues go with the router: adapters
+        // deliver what is queued and return.
+        let states = router.states.clone();
+        drop(router);
+        adapters.close();
+        let flushed = drain_events(&store, &mut events, adapters.wait(), ADAPTER_FLUSH).await;
+        if !flushed {
+            warn!("a platform did not finish sending within {} s", ADAPTER_FLUSH.as_secs());
+        }
+        drop(states);
+        store.close().await;
+        info!("gateway stopped");
+        Ok(())
+    }
+}
+
+/// Waits for `done` up to `limit` while still saving the cursors adapters report (and
+/// dropping new messages unsettled, so the platform delivers them again after the restart).
+async fn keep_cursors<P: Provider + 'static>(
+    router: &Router<P>,
+    events: &mut mpsc::Receiver<(Platform, Event)>,
+    done: impl Future<Output = ()>,
+    limit: Duration,
+) -> bool {
+    let deadline = tokio::time::sleep(limit);
+    tokio::pin!(done, deadline);
+    loop {
+        tokio::select! {
+            () = &mut done => return true,
+            () = &mut deadline => return false,
+            Some((platform, event)) = events.recv() => {
+                if let Event::Adapter(AdapterEvent::Cursor(cursor)) = event {
+                    router.save_cursor(platform, &cursor).await;
+                }
+            }
+        }
+    }
+}
+
+/// Like [`keep_cursors`] once the router is gone.
+async fn drain_events(
+    store: &Store,
+    events: &mut mpsc::Receiver<(Platform, Event)>,
+    done: impl Future<Output = ()>,
+    limit: Duration,
+) -> bool {
+    let deadline = tokio::time::sleep(limit);
+    tokio::pin!(done, deadline);
+    loop {
+        tokio::select! {
+            () = &mut done => return true,
+            () = &mut deadline => return false,
+            Some((platform, event)) = events.recv() => {
+                if let Event::Adapter(AdapterEvent::Cursor(cursor)) = event {
+                    if let Err(e) = store.set_cursor(platform, CURSOR, &cursor).await {
+                        warn!(%platform, error = %e, "could not save the platform cursor");
+                    }
+                }
+            }
+        }
+    }
+}

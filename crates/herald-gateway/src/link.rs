@@ -1,0 +1,83 @@
+//! The gateway's side of each platform: where to send replies and what the platform can do.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use herald_core::{Capabilities, ChatRef, Outbound, Platform, SendError, SentId};
+use tokio::sync::{mpsc, oneshot};
+
+/// One connected platform.
+#[derive(Debug, Clone)]
+pub(crate) struct Link {
+    pub(crate) outbound: mpsc::Sender<Outbound>,
+    pub(crate) caps: Capabilities,
+}
+
+impl Link {
+    /// Sends a reply and waits until the platform accepted it (or the adapter gave up).
+    pub(crate) async fn send(
+        &self,
+        chat: &ChatRef,
+        text: String,
+        reply_to: Option<String>,
+    ) -> Result<Vec<SentId>, SendError> {
+        let (done, result) = oneshot::channel();
+        let request = Outbound::Send { chat: chat.clone(), text, reply_to, done: Some(done) };
+        self.outbound.send(request).await.map_err(|_| SendError::Stopped)?;
+        result.await.unwrap_or(Err(SendError::Stopped))
+    }
+
+    /// Sends a reply without waiting for it (pairing notices, command answers).
+    pub(crate) async fn notify(&self, chat: &ChatRef, text: String) {
+        let request = Outbound::Send { chat: chat.clone(), text, reply_to: None, done: None };
+        let _ = self.outbound.send(request).await;
+    }
+
+    /// Shows the typing indicator, if the platform has one; never waits for a full queue.
+    pub(crate) fn typing(&self, chat: &ChatRef) {
+        if self.caps.typing {
+            let _ = self.outbound.try_send(Outbound::Typing { chat: chat.clone() });
+        }
+    }
+}
+
+/// How a platform is doing, for logs, `/healthz` and the service status line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlatformState {
+    /// Started, not connected yet.
+    Starting,
+    /// Connected as this bot.
+    Connected {
+        /// The bot's name on the platform.
+        bot: String,
+    },
+    /// Lost the connection; retrying.
+    Retrying {
+        /// The last error.
+        error: String,
+    },
+    /// Stopped for good.
+    Failed {
+        /// Why.
+        error: String,
+    },
+}
+
+/// Every platform's state, shared with whoever reports health.
+#[derive(Debug, Clone, Default)]
+pub struct PlatformStates(Arc<Mutex<HashMap<Platform, PlatformState>>>);
+
+impl PlatformStates {
+    /// Records a platform's state.
+    pub fn set(&self, platform: Platform, state: PlatformState) {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(platform, state);
+    }
+
+    /// Every platform's state, in platform order.
+    pub fn snapshot(&self) -> Vec<(Platform, PlatformState)> {
+        let map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut all: Vec<_> = map.iter().map(|(p, s)| (*p, s.clone())).collect();
+        all.sort_by_key(|(p, _)| *p);
+        all
+    }
+}

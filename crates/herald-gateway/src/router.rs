@@ -1,0 +1,235 @@
+//! The router: every inbound message authorized, mapped to its session key and handed to
+//! that key's worker; workers spawned on demand and dropped when idle.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use herald_agent::Provider;
+use herald_core::{AdapterEvent, ChatKind, ChatRef, Inbound, Platform, SessionKey, UserRef};
+use herald_store::Session;
+use tokio::sync::mpsc;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, error, info, warn};
+
+use crate::auth::{self, Pairing, Verdict};
+use crate::commands::Command;
+use crate::link::{PlatformState, PlatformStates};
+use crate::shared::Shared;
+use crate::worker::{Idle, Input, Worker};
+
+/// The name of the cursor adapters report (the Telegram update offset).
+pub(crate) const CURSOR: &str = "offset";
+/// Inputs a worker may have waiting before the router waits for it.
+const WORKER_INBOX: usize = 256;
+
+/// What reaches the router from the adapter tasks.
+#[derive(Debug)]
+pub(crate) enum Event {
+    /// Something the adapter reported.
+    Adapter(AdapterEvent),
+    /// The adapter returned: `Some(error)` when it failed.
+    Stopped(Option<String>),
+}
+
+pub(crate) struct WorkerHandle {
+    inbox: mpsc::Sender<Input>,
+    sent: u64,
+}
+
+/// The router's state.
+pub(crate) struct Router<P> {
+    pub(crate) shared: Arc<Shared<P>>,
+    pub(crate) workers: HashMap<SessionKey, WorkerHandle>,
+    pub(crate) tracker: TaskTracker,
+    pub(crate) states: PlatformStates,
+    idle: mpsc::Sender<Idle>,
+    pairing: Pairing,
+}
+
+impl<P: Provider + 'static> Router<P> {
+    pub(crate) fn new(
+        shared: Arc<Shared<P>>,
+        states: PlatformStates,
+        idle: mpsc::Sender<Idle>,
+    ) -> Self {
+        Router {
+            shared,
+            workers: HashMap::new(),
+            tracker: TaskTracker::new(),
+            states,
+            idle,
+            pairing: Pairing::default(),
+        }
+    }
+
+    /// Picks up what a previous run left: sessions whose last message was not answered, then
+    /// messages that were queued, in arrival order.
+    pub(crate) async fn recover(&mut self) {
+        match self.shared.store.unanswered_sessions().await {
+            Ok(sessions) => {
+                for session in sessions {
+                    let Some(((chat, user), key)) = resume_target(&session) else { continue };
+                    if self.shared.links.contains_key(&chat.platform) {
+                        info!(key = %key, session = %session.id, "answering a message left unanswered at the last stop");
+                        self.dispatch(key, Input::Resume(chat, user)).await;
+                    }
+                }
+            }
+            Err(e) => warn!(error = %e, "could not look for unanswered sessions"),
+        }
+        match self.shared.store.queued_inbound().await {
+            Ok(queued) => {
+                for message in queued {
+                    if self.shared.links.contains_key(&message.chat.platform) {
+                        let key = SessionKey::from_stored(message.session_key.clone());
+                        self.dispatch(key, Input::Queued(message)).await;
+                    }
+                }
+            }
+            Err(e) => warn!(error = %e, "could not read the inbound queue"),
+        }
+    }
+
+    pub(crate) async fn on_event(&mut self, platform: Platform, event: Event) {
+        match event {
+            Event::Adapter(AdapterEvent::Inbound(inbound)) => self.on_inbound(inbound).await,
+            Event::Adapter(AdapterEvent::Cursor(cursor)) => {
+                self.save_cursor(platform, &cursor).await
+            }
+            Event::Adapter(AdapterEvent::Connected { bot }) => {
+                info!(%platform, %bot, "platform connected");
+                self.states.set(platform, PlatformState::Connected { bot });
+            }
+            Event::Adapter(AdapterEvent::Retrying { error, retry_in }) => {
+                warn!(%platform, %error, retry_in_ms = retry_in.as_millis() as u64, "platform connection lost; retrying");
+                self.states.set(platform, PlatformState::Retrying { error });
+            }
+            Event::Stopped(Some(error)) => {
+                error!(%platform, %error, "platform stopped; the other platforms keep running");
+                self.states.set(platform, PlatformState::Failed { error });
+            }
+            Event::Stopped(None) => info!(%platform, "platform stopped"),
+        }
+    }
+
+    pub(crate) async fn save_cursor(&self, platform: Platform, cursor: &str) {
+        if let Err(e) = self.shared.store.set_cursor(platform, CURSOR, cursor).await {
+            warn!(%platform, error = %e, "could not save the platform cursor; a restart may see some messages again (they are deduplicated)");
+        }
+    }
+
+    async fn on_inbound(&mut self, inbound: Inbound) {
+        let platform = inbound.chat.platform;
+        let access = self.shared.settings.access(platform);
+        let verdict = match auth::authorize(&self.shared.store, &access, &inbound).await {
+            Ok(verdict) => verdict,
+            Err(e) => {
+                warn!(%platform, error = %e, "could not check authorization; the message will be delivered again");
+                return;
+            }
+        };
+        match verdict {
+            Verdict::Ignore(why) => {
+                debug!(%platform, user = %inbound.user.id, chat = %inbound.chat.id, why, "message ignored");
+                inbound.ack.settle();
+            }
+            Verdict::Pair => self.on_unknown(inbound).await,
+            Verdict::Allowed(allowed) => {
+                let key = SessionKey::for_chat(
+                    &inbound.chat,
+                    &inbound.user,
+                    self.shared.settings.group_sessions_per_user,
+                );
+                self.dispatch(key, Input::Inbound(inbound, allowed)).await;
+            }
+        }
+    }
+
+    /// An unknown user in a DM: a pairing code (or `/whoami`), never the model.
+    async fn on_unknown(&mut self, inbound: Inbound) {
+        let platform = inbound.chat.platform;
+        let reply = if Command::parse(&inbound.text) == Some(Command::Whoami) {
+            Some(format!(
+                "Your {platform} user id is {}. You may not talk to me yet.",
+                inbound.user.id
+            ))
+        } else {
+            let ttl = self.shared.settings.pairing_ttl;
+            match self.pairing.reply(&self.shared.store, &inbound, ttl).await {
+                Ok(reply) => reply,
+                Err(e) => {
+                    warn!(%platform, error = %e, "could not issue a pairing code; the message will be delivered again");
+                    return;
+                }
+            }
+        };
+        if let (Some(reply), Some(link)) = (reply, self.shared.links.get(&platform)) {
+            link.notify(&inbound.chat, reply).await;
+        }
+        inbound.ack.settle();
+    }
+
+    /// Hands an input to its key's worker, spawning the worker when there is none.
+    async fn dispatch(&mut self, key: SessionKey, input: Input) {
+        let mut input = input;
+        for _ in 0..2 {
+            let handle = match self.workers.get_mut(&key) {
+                Some(handle) => handle,
+                None => {
+                    let (chat, user) = input_origin(&input);
+                    let (inbox, inputs) = mpsc::channel(WORKER_INBOX);
+                    let worker = Worker::new(
+                        key.clone(),
+                        self.shared.clone(),
+                        self.idle.clone(),
+                        chat,
+                        user,
+                    );
+                    self.tracker.spawn(worker.run(inputs));
+                    self.workers.entry(key.clone()).or_insert(WorkerHandle { inbox, sent: 0 })
+                }
+            };
+            handle.sent += 1;
+            match handle.inbox.send(input).await {
+                Ok(()) => return,
+                Err(mpsc::error::SendError(back)) => {
+                    warn!(key = %key, "a session worker had stopped; starting it again");
+                    self.workers.remove(&key);
+                    input = back;
+                }
+            }
+        }
+    }
+
+    /// Drops an idle worker, unless something was sent to it after it said so.
+    pub(crate) fn on_idle(&mut self, idle: Idle) {
+        if self.workers.get(&idle.key).is_some_and(|h| h.sent == idle.received) {
+            self.workers.remove(&idle.key);
+        }
+    }
+}
+
+fn input_origin(input: &Input) -> (ChatRef, UserRef) {
+    match input {
+        Input::Inbound(inbound, _) => (inbound.chat.clone(), inbound.user.clone()),
+        Input::Queued(queued) => (queued.chat.clone(), queued.user.clone()),
+        Input::Resume(chat, user) => (chat.clone(), user.clone()),
+    }
+}
+
+/// Where to answer a stored session: its chat, its user and its key.
+fn resume_target(session: &Session) -> Option<((ChatRef, UserRef), SessionKey)> {
+    let key = SessionKey::from_stored(session.session_key.clone()?);
+    let kind = match session.chat_type.as_deref() {
+        Some("dm") => ChatKind::Direct,
+        _ => ChatKind::Group,
+    };
+    let chat = ChatRef {
+        platform: session.source,
+        id: session.chat_id.clone()?,
+        kind,
+        thread: session.thread_id.clone(),
+    };
+    let user = UserRef::new(session.user_id.clone().unwrap_or_default());
+    Some(((chat, user), key))
+}

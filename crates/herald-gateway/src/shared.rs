@@ -1,0 +1,28 @@
+//! What every session worker shares: the store, the model, the tools, the settings, the
+//! platform links and the global run limit.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use herald_agent::ToolRegistry;
+use herald_core::Platform;
+use herald_store::Store;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use crate::link::Link;
+use crate::settings::GatewaySettings;
+
+/// Shared by the router and every worker.
+#[derive(Debug)]
+pub(crate) struct Shared<P> {
+    pub(crate) store: Store,
+    pub(crate) provider: P,
+    pub(crate) tools: ToolRegistry,
+    pub(crate) settings: GatewaySettings,
+    pub(crate) links: HashMap<Platform, Link>,
+    /// One permit per agent run: `max_concurrent_runs` across all sessions.
+    pub(crate) runs: Arc<Semaphore>,
+    /// Cancelled when the drain time is over: running turns stop at their next boundary.
+    pub(crate) stop_turns: CancellationToken,
+}

@@ -1,0 +1,186 @@
+//! One agent run for one session: the stored history through a fresh agent, the delta stored
+//! in one transaction, then the reply delivered.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use herald_agent::{Agent, Message, Provider, ProviderError, ToolContext, TurnError};
+use herald_core::{ChatRef, UserRef};
+use herald_store::Session;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, warn};
+
+use crate::history;
+use crate::shared::Shared;
+
+/// The session a worker talks to, with its stored system prompt.
+#[derive(Debug, Clone)]
+pub(crate) struct SessionInfo {
+    pub(crate) session: Session,
+    pub(crate) system_prompt: Arc<str>,
+}
+
+/// What one turn is asked to do.
+#[derive(Debug)]
+pub(crate) struct TurnJob {
+    pub(crate) session: SessionInfo,
+    pub(crate) chat: ChatRef,
+    pub(crate) user: UserRef,
+    /// Queued inbound messages to move into the history before the run.
+    pub(crate) take: Vec<i64>,
+    /// The platform message to reply to (in groups).
+    pub(crate) reply_to: Option<String>,
+    pub(crate) cancel: CancellationToken,
+}
+
+/// How a turn ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TurnEnd {
+    /// Answered and delivered (or delivery failed after the answer was stored).
+    Answered,
+    /// The model or the store failed; the user was told.
+    Failed,
+    /// Stopped by `/stop`, a newer message, or the end of the drain.
+    Cancelled,
+}
+
+/// Runs one turn. At most `max_concurrent_runs` of these hold a run permit at once.
+pub(crate) async fn run<P: Provider>(shared: Arc<Shared<P>>, job: TurnJob) -> TurnEnd {
+    let permit = tokio::select! {
+        permit = shared.runs.clone().acquire_owned() => permit,
+        () = job.cancel.cancelled() => return TurnEnd::Cancelled,
+    };
+    let Ok(_permit) = permit else { return TurnEnd::Cancelled };
+    let typing = typing(&shared, &job.chat);
+    let _stop_typing = typing.clone().drop_guard();
+    let outcome = think(&shared, &job).await;
+    typing.cancel();
+    match outcome {
+        Ok(reply) => {
+            deliver(&shared, &job, reply).await;
+            TurnEnd::Answered
+        }
+        Err(Failure::Cancelled) => TurnEnd::Cancelled,
+        Err(failure) => {
+            let line = format!(
+                "Sorry, {}. Your message is saved: send /retry or write again.",
+                failure.for_user()
+            );
+            deliver(&shared, &job, line).await;
+            TurnEnd::Failed
+        }
+    }
+}
+
+/// Why a turn did not produce an answer.
+#[derive(Debug)]
+enum Failure {
+    Model(ProviderError),
+    Store,
+    Cancelled,
+}
+
+impl Failure {
+    /// One short phrase for the person chatting; the details go to the log.
+    fn for_user(&self) -> &'static str {
+        match self {
+            Failure::Model(ProviderError::Timeout { .. }) => "the model took too long to answer",
+            Failure::Model(ProviderError::RateLimited { .. }) => "the model is busy right now",
+            Failure::Model(ProviderError::Unreachable { .. } | ProviderError::Server { .. }) => {
+                "the model could not be reached"
+            }
+            Failure::Model(_) => "the model refused the request",
+            Failure::Store => "I could not save the conversation",
+            Failure::Cancelled => "the answer was stopped",
+        }
+    }
+}
+
+/// The agent run and the stored delta; the reply text on success.
+async fn think<P: Provider>(shared: &Shared<P>, job: &TurnJob) -> Result<String, Failure> {
+    let session_id = &job.session.session.id;
+    let store_failed = |e: herald_store::StoreError| {
+        error!(session = %session_id, error = %e, "the store failed during a turn");
+        Failure::Store
+    };
+    if !job.take.is_empty() {
+        shared.store.take_queued(session_id, &job.take).await.map_err(store_failed)?;
+    }
+    let history: Vec<Message> = shared
+        .store
+        .history(session_id)
+        .await
+        .map_err(store_failed)?
+        .into_iter()
+        .map(history::to_agent)
+        .collect();
+    let model = job.session.session.model.as_deref().unwrap_or(&shared.settings.model);
+    let agent = Agent {
+        provider: &shared.provider,
+        tools: &shared.tools,
+        model,
+        system_prompt: &job.session.system_prompt,
+        max_iterations: shared.settings.max_iterations,
+    };
+    let context = ToolContext {
+        platform: job.chat.platform,
+        user_id: Some(job.user.id.clone()),
+        session_id: session_id.clone(),
+    };
+    let output = match agent.run(&history, &context, &job.cancel).await {
+        Ok(output) => output,
+        Err(TurnError::Cancelled | TurnError::Provider(ProviderError::Cancelled)) => {
+            return Err(Failure::Cancelled);
+        }
+        Err(TurnError::Provider(e)) => {
+            warn!(session = %session_id, error = %e, "the model failed; the user is told");
+            return Err(Failure::Model(e));
+        }
+    };
+    let delta: Vec<_> = output.messages.iter().map(history::to_store).collect();
+    shared
+        .store
+        .append_turn(session_id, delta, history::usage(output.usage))
+        .await
+        .map_err(store_failed)?;
+    let reply = output.reply().trim();
+    Ok(if reply.is_empty() {
+        "(the model gave an empty answer)".to_owned()
+    } else {
+        reply.to_owned()
+    })
+}
+
+async fn deliver<P>(shared: &Shared<P>, job: &TurnJob, text: String) {
+    let Some(link) = shared.links.get(&job.chat.platform) else { return };
+    debug!(chat = %job.chat.id, reply = %text, "sending reply");
+    if let Err(e) = link.send(&job.chat, text, job.reply_to.clone()).await {
+        error!(
+            platform = %job.chat.platform, chat = %job.chat.id, error = %e,
+            "a reply could not be delivered (it is stored in the session)"
+        );
+    }
+}
+
+/// Keeps the typing indicator on until the returned token is cancelled.
+fn typing<P>(shared: &Shared<P>, chat: &ChatRef) -> CancellationToken {
+    let stop = CancellationToken::new();
+    let Some(link) = shared.links.get(&chat.platform).cloned() else { return stop };
+    if !link.caps.typing {
+        return stop;
+    }
+    let every =
+        link.caps.typing_lasts.saturating_sub(Duration::from_secs(1)).max(Duration::from_secs(1));
+    let chat = chat.clone();
+    let token = stop.clone();
+    tokio::spawn(async move {
+        loop {
+            link.typing(&chat);
+            tokio::select! {
+                () = token.cancelled() => break,
+                () = tokio::time::sleep(every) => {}
+            }
+        }
+    });
+    stop
+}

@@ -1,0 +1,303 @@
+//! One worker per active session key: messages of one conversation strictly in order, one
+//! agent run at a time, and a real FIFO for what arrives meanwhile.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use herald_agent::Provider;
+use herald_core::{ChatRef, Inbound, SessionKey, UserRef};
+use herald_store::{Appended, NewMessage, QueuedInbound};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use crate::auth::Allowed;
+use crate::commands::Command;
+use crate::settings::BusyInput;
+use crate::shared::Shared;
+use crate::turn::{self, SessionInfo, TurnEnd, TurnJob};
+
+/// What the router hands a worker.
+#[derive(Debug)]
+pub(crate) enum Input {
+    /// An authorized message (or command) from the platform.
+    Inbound(Inbound, Allowed),
+    /// A message queued before a restart, still to be answered.
+    Queued(QueuedInbound),
+    /// The session's last message was left unanswered by a restart.
+    Resume(ChatRef, UserRef),
+}
+
+/// A worker saying it has been idle, having received `received` inputs in all.
+#[derive(Debug)]
+pub(crate) struct Idle {
+    pub(crate) key: SessionKey,
+    pub(crate) received: u64,
+}
+
+/// What waits for the running turn to end.
+#[derive(Debug)]
+enum Pending {
+    /// A stored, queued message (its `inbound_queue` position).
+    Message { seq: i64, reply_to: Option<String> },
+    /// A command that changes the session.
+    Command(Command, Allowed),
+    /// Answer the session's unanswered last message.
+    Resume,
+}
+
+/// The state of one conversation's worker.
+pub(crate) struct Worker<P> {
+    key: SessionKey,
+    shared: Arc<Shared<P>>,
+    idle: mpsc::Sender<Idle>,
+    session: Option<SessionInfo>,
+    queue: VecDeque<Pending>,
+    running: Option<CancellationToken>,
+    chat: ChatRef,
+    user: UserRef,
+    received: u64,
+}
+
+impl<P: Provider + 'static> Worker<P> {
+    pub(crate) fn new(
+        key: SessionKey,
+        shared: Arc<Shared<P>>,
+        idle: mpsc::Sender<Idle>,
+        chat: ChatRef,
+        user: UserRef,
+    ) -> Self {
+        Worker {
+            key,
+            shared,
+            idle,
+            session: None,
+            queue: VecDeque::new(),
+            running: None,
+            chat,
+            user,
+            received: 0,
+        }
+    }
+
+    /// Runs until the router drops the sender (idle or shutdown) and the running turn ended.
+    /// Queued messages left at shutdown stay in the store and are answered after a restart.
+    pub(crate) async fn run(mut self, mut inputs: mpsc::Receiver<Input>) {
+        let idle_after = self.shared.settings.idle_worker;
+        let mut turn: Option<JoinHandle<TurnEnd>> = None;
+        let mut closed = false;
+        let mut told_idle = false;
+        loop {
+            if turn.is_none() && !closed {
+                turn = self.start_next().await;
+            }
+            if closed && turn.is_none() {
+                self.finish_commands().await;
+                break;
+            }
+            let idle = turn.is_none() && self.queue.is_empty() && !told_idle;
+            tokio::select! {
+                input = inputs.recv(), if !closed => match input {
+                    Some(input) => {
+                        self.received += 1;
+                        told_idle = false;
+                        if let Some(started) = self.on_input(input, turn.is_some()).await {
+                            turn = Some(started);
+                        }
+                    }
+                    None => closed = true,
+                },
+                end = async { turn.as_mut().expect("guarded by is_some").await }, if turn.is_some() => {
+                    turn = None;
+                    self.running = None;
+                    if let Err(e) = end {
+                        warn!(key = %self.key, error = %e, "a turn task failed");
+                    }
+                }
+                () = tokio::time::sleep(idle_after), if idle => {
+                    told_idle = true;
+                    let _ = self.idle.send(Idle { key: self.key.clone(), received: self.received }).await;
+                }
+            }
+        }
+    }
+
+    async fn on_input(&mut self, input: Input, busy: bool) -> Option<JoinHandle<TurnEnd>> {
+        match input {
+            Input::Inbound(inbound, allowed) => {
+                self.chat = inbound.chat.clone();
+                self.user = inbound.user.clone();
+                match Command::parse(&inbound.text) {
+                    Some(command) => self.on_command(command, inbound, allowed, busy).await,
+                    None => self.on_message(inbound, busy).await,
+                }
+            }
+            Input::Queued(queued) => {
+                self.chat = queued.chat;
+                self.user = queued.user;
+                self.queue.push_back(Pending::Message { seq: queued.seq, reply_to: None });
+                None
+            }
+            Input::Resume(chat, user) => {
+                self.chat = chat;
+                self.user = user;
+                self.queue.push_back(Pending::Resume);
+                None
+            }
+        }
+    }
+
+    /// Stores the message before anything else: appended to the history when the session is
+    /// free, queued when it is busy. The ack is settled only once it is stored; an unsettled
+    /// ack makes the platform deliver it again.
+    async fn on_message(&mut self, inbound: Inbound, busy: bool) -> Option<JoinHandle<TurnEnd>> {
+        let Inbound { id, chat, user, text, ack, .. } = inbound;
+        let reply_to = (chat.kind == herald_core::ChatKind::Group).then(|| id.clone());
+        let session = match self.session().await {
+            Ok(session) => session,
+            Err(e) => {
+                warn!(key = %self.key, error = %e, "could not open the session; the message will be delivered again");
+                return None;
+            }
+        };
+        let store = &self.shared.store;
+        if busy || !self.queue.is_empty() {
+            let queued = store.queue_inbound(
+                self.key.as_str(),
+                &session.session.id,
+                &id,
+                &chat,
+                &user,
+                &text,
+            );
+            match queued.await {
+                Ok(Some(seq)) => {
+                    ack.settle();
+                    debug!(key = %self.key, seq, "queued while the session is busy");
+                    self.queue.push_back(Pending::Message { seq, reply_to });
+                    if self.shared.settings.busy_input == BusyInput::Interrupt {
+                        if let Some(running) = &self.running {
+                            running.cancel();
+                        }
+                    }
+                }
+                Ok(None) => ack.settle(),
+                Err(e) => {
+                    warn!(key = %self.key, error = %e, "could not queue a message; it will be delivered again")
+                }
+            }
+            return None;
+        }
+        let message = NewMessage::user(text);
+        match store.append_inbound(&session.session.id, chat.platform, &id, message).await {
+            Ok(Appended::Stored(_)) => {
+                ack.settle();
+                Some(self.spawn_turn(Vec::new(), reply_to))
+            }
+            Ok(Appended::Duplicate) => {
+                ack.settle();
+                debug!(key = %self.key, id = %id, "a redelivered message was ignored");
+                None
+            }
+            Err(e) => {
+                warn!(key = %self.key, error = %e, "could not store a message; it will be delivered again");
+                None
+            }
+        }
+    }
+
+    async fn on_command(
+        &mut self,
+        command: Command,
+        inbound: Inbound,
+        allowed: Allowed,
+        busy: bool,
+    ) -> Option<JoinHandle<TurnEnd>> {
+        let session = self.session.as_ref().map(|s| s.session.id.clone());
+        let recorded = self.shared.store.record_inbound(
+            inbound.chat.platform,
+            &inbound.id,
+            session.as_deref(),
+        );
+        match recorded.await {
+            Ok(true) => inbound.ack.settle(),
+            Ok(false) => {
+                inbound.ack.settle();
+                return None;
+            }
+            Err(e) => {
+                warn!(key = %self.key, error = %e, "could not record a command; it will be delivered again");
+                return None;
+            }
+        }
+        if busy && command.waits_for_turn() {
+            self.queue.push_back(Pending::Command(command, allowed));
+            return None;
+        }
+        self.run_command(command, allowed, busy).await
+    }
+
+    /// Starts what waits: the next message (in interrupt mode, every waiting message at
+    /// once), a command, or a resumed answer.
+    async fn start_next(&mut self) -> Option<JoinHandle<TurnEnd>> {
+        while let Some(pending) = self.queue.pop_front() {
+            match pending {
+                Pending::Message { seq, mut reply_to } => {
+                    let mut take = vec![seq];
+                    while self.shared.settings.busy_input == BusyInput::Interrupt {
+                        let Some(Pending::Message { .. }) = self.queue.front() else { break };
+                        if let Some(Pending::Message { seq, reply_to: newer }) =
+                            self.queue.pop_front()
+                        {
+                            take.push(seq);
+                            reply_to = newer;
+                        }
+                    }
+                    if self.session_or_log().await {
+                        return Some(self.spawn_turn(take, reply_to));
+                    }
+                }
+                Pending::Resume => {
+                    if self.session_or_log().await {
+                        return Some(self.spawn_turn(Vec::new(), None));
+                    }
+                }
+                Pending::Command(command, allowed) => {
+                    if let Some(started) = self.run_command(command, allowed, false).await {
+                        return Some(started);
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// At shutdown: commands still waiting are quick and change only the store; run them.
+    async fn finish_commands(&mut self) {
+        while let Some(pending) = self.queue.pop_front() {
+            if let Pending::Command(command, allowed) = pending {
+                if command != Command::Retry {
+                    let _ = self.run_command(command, allowed, false).await;
+                }
+            }
+        }
+    }
+
+    fn spawn_turn(&mut self, take: Vec<i64>, reply_to: Option<String>) -> JoinHandle<TurnEnd> {
+        let cancel = self.shared.stop_turns.child_token();
+        self.running = Some(cancel.clone());
+        let job = TurnJob {
+            session: self.session.clone().expect("a turn starts only once the session is known"),
+            chat: self.chat.clone(),
+            user: self.user.clone(),
+            take,
+            reply_to,
+            cancel,
+        };
+        tokio::spawn(turn::run(self.shared.clone(), job))
+    }
+}
+
+mod session;
+mod slash;

@@ -1,0 +1,72 @@
+//! Which session a worker's key talks to, created on first use.
+
+use std::sync::Arc;
+
+use herald_agent::{PromptContext, Provider, assemble_system_prompt};
+use herald_core::ChatKind;
+use herald_store::{NewSession, Session, StoreError};
+use tracing::{info, warn};
+
+use super::Worker;
+use crate::turn::SessionInfo;
+
+impl<P: Provider + 'static> Worker<P> {
+    /// The key's current session, created (and routed) when there is none.
+    pub(super) async fn session(&mut self) -> Result<SessionInfo, StoreError> {
+        if let Some(info) = &self.session {
+            return Ok(info.clone());
+        }
+        let new = self.new_session();
+        let (session, created) = self.shared.store.route_or_create(self.key.as_str(), &new).await?;
+        if created {
+            info!(key = %self.key, session = %session.id, "session started");
+        }
+        let info = self.remember(session).await?;
+        Ok(info)
+    }
+
+    /// Like [`Worker::session`], logging a failure; whether there is a session.
+    pub(super) async fn session_or_log(&mut self) -> bool {
+        match self.session().await {
+            Ok(_) => true,
+            Err(e) => {
+                warn!(key = %self.key, error = %e, "could not open the session; its messages wait in the store");
+                false
+            }
+        }
+    }
+
+    /// Caches a session with its stored system prompt, read back verbatim.
+    pub(super) async fn remember(&mut self, session: Session) -> Result<SessionInfo, StoreError> {
+        let prompt = self.shared.store.system_prompt(&session.id).await?.unwrap_or_default();
+        let info = SessionInfo { session, system_prompt: Arc::from(prompt) };
+        self.session = Some(info.clone());
+        Ok(info)
+    }
+
+    /// A new session for this key, its system prompt assembled now from the current persona.
+    pub(super) fn new_session(&self) -> NewSession {
+        let chat = &self.chat;
+        let kind = match (&chat.thread, chat.kind) {
+            (Some(_), _) => "thread",
+            (None, ChatKind::Direct) => "dm",
+            (None, ChatKind::Group) => "group",
+        };
+        let persona = self.shared.settings.persona();
+        let prompt = assemble_system_prompt(&PromptContext {
+            persona: &persona,
+            platform: chat.platform,
+            chat_kind: kind,
+            date: chrono::Local::now().date_naive(),
+        });
+        NewSession {
+            session_key: Some(self.key.as_str().to_owned()),
+            chat_id: Some(chat.id.clone()),
+            thread_id: chat.thread.clone(),
+            user_id: Some(self.user.id.clone()),
+            chat_type: Some(chat.kind.as_str().to_owned()),
+            model: Some(self.shared.settings.model.clone()),
+            ..NewSession::new(chat.platform, prompt)
+        }
+    }
+}

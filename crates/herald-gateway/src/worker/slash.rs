@@ -1,0 +1,120 @@
+//! The slash commands, answered without the model.
+
+use herald_agent::Provider;
+use herald_store::StoreError;
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use super::Worker;
+use crate::auth::Allowed;
+use crate::commands::{Command, HELP};
+use crate::turn::TurnEnd;
+
+impl<P: Provider + 'static> Worker<P> {
+    /// Runs a command and answers it; `/retry` starts a turn and returns it.
+    pub(super) async fn run_command(
+        &mut self,
+        command: Command,
+        allowed: Allowed,
+        busy: bool,
+    ) -> Option<JoinHandle<TurnEnd>> {
+        let result = match command {
+            Command::Help => Ok(HELP.to_owned()),
+            Command::Whoami => Ok(whoami(self.chat.platform, &self.user.id, allowed)),
+            Command::Status => self.status(busy).await,
+            Command::Stop => Ok(self.stop()),
+            Command::New => self.fresh_session().await,
+            Command::Undo => self.undo().await,
+            Command::Title(title) => self.title(&title).await,
+            Command::Retry => match self.retry().await {
+                Ok(Some(started)) => return Some(started),
+                Ok(None) => Ok("There is nothing to answer again.".to_owned()),
+                Err(e) => Err(e),
+            },
+        };
+        let reply = result.unwrap_or_else(|e| {
+            warn!(key = %self.key, error = %e, "a command failed");
+            "Sorry, that did not work (the store failed); please try again.".to_owned()
+        });
+        if let Some(link) = self.shared.links.get(&self.chat.platform) {
+            link.notify(&self.chat, reply).await;
+        }
+        None
+    }
+
+    async fn status(&mut self, busy: bool) -> Result<String, StoreError> {
+        let id = self.session().await?.session.id;
+        let session =
+            self.shared.store.session(&id).await?.unwrap_or(self.session().await?.session);
+        let waiting = self.queue.len();
+        Ok(format!(
+            "Session: {id}\nTitle: {title}\nMessages: {count}\nModel: {model}\nNow: {now}",
+            title = session.title.as_deref().unwrap_or("(none; set one with /title NAME)"),
+            count = session.message_count,
+            model = session.model.as_deref().unwrap_or(&self.shared.settings.model),
+            now = match (busy, waiting) {
+                (false, _) => "idle".to_owned(),
+                (true, 0) => "answering".to_owned(),
+                (true, n) => format!("answering, {n} more waiting"),
+            },
+        ))
+    }
+
+    fn stop(&mut self) -> String {
+        match &self.running {
+            Some(running) => {
+                running.cancel();
+                "Stopped.".to_owned()
+            }
+            None => "Nothing is running.".to_owned(),
+        }
+    }
+
+    async fn fresh_session(&mut self) -> Result<String, StoreError> {
+        let new = self.new_session();
+        let session = self.shared.store.reroute(self.key.as_str(), &new, "new").await?;
+        info!(key = %self.key, session = %session.id, "session started by /new");
+        let id = session.id.clone();
+        self.remember(session).await?;
+        Ok(format!("Started a new conversation (session {id})."))
+    }
+
+    async fn undo(&mut self) -> Result<String, StoreError> {
+        let id = self.session().await?.session.id;
+        Ok(match self.shared.store.undo_last_exchange(&id).await? {
+            0 => "There is nothing to undo.".to_owned(),
+            _ => "Forgot your last message and its answer.".to_owned(),
+        })
+    }
+
+    async fn title(&mut self, title: &str) -> Result<String, StoreError> {
+        if title.is_empty() {
+            return Ok("Usage: /title NAME".to_owned());
+        }
+        let id = self.session().await?.session.id;
+        match self.shared.store.rename_session(&id, title).await {
+            Ok(()) => Ok(format!("This conversation is now titled \u{201c}{title}\u{201d}.")),
+            Err(StoreError::TitleTaken { .. }) => {
+                Ok("Another conversation already has that title; pick another.".to_owned())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn retry(&mut self) -> Result<Option<JoinHandle<TurnEnd>>, StoreError> {
+        let id = self.session().await?.session.id;
+        match self.shared.store.reset_last_answer(&id).await? {
+            Some(_) => Ok(Some(self.spawn_turn(Vec::new(), None))),
+            None => Ok(None),
+        }
+    }
+}
+
+fn whoami(platform: herald_core::Platform, user: &str, allowed: Allowed) -> String {
+    let why = match allowed {
+        Allowed::Listed => "you are on the allowlist",
+        Allowed::Paired => "the operator approved you",
+        Allowed::Open => "this bot is open to everyone in direct messages",
+    };
+    format!("Your {platform} user id is {user}. You may talk to me: {why}.")
+}
