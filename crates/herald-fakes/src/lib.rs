@@ -1,10 +1,13 @@
-//! Fake servers for herald's tests and offline trials: today the scripted OpenAI-compatible model
-//! server ([`FakeModel`], also the `herald-fake-model` binary).
+//! Fake servers for herald's tests and offline trials: the scripted OpenAI-compatible model
+//! server ([`FakeModel`], also the `herald-fake-model` binary) and the Telegram Bot API
+//! ([`FakeTelegram`], also the `herald-fake-telegram` binary).
 //!
 //! Depends on nothing of ours, so any crate may use it in tests without a cycle; it is never
 //! linked into the daemon. Every fake binds to loopback and speaks the real wire format, so the
 //! real clients run against it unchanged.
 
 mod model;
+pub mod telegram;
 
 pub use model::{FakeModel, Fault, Reply};
+pub use telegram::{FakeTelegram, TelegramFault};

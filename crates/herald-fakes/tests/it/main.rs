@@ -1,4 +1,5 @@
-//! The fake model server over real HTTP, driven with reqwest like a provider client would.
+//! The fakes over real HTTP: the model server driven with reqwest like a provider client would,
+//! the Telegram Bot API with the real teloxide client.
 #![allow(clippy::unwrap_used)]
 
 mod binary;
@@ -6,6 +7,7 @@ mod control;
 mod defaults;
 mod faults;
 mod script;
+mod telegram;
 
 use herald_fakes::FakeModel;
 use serde_json::{Value, json};

@@ -1,0 +1,235 @@
+//! The fake Telegram Bot API: a real HTTP server on loopback that answers `POST
+//! /bot<TOKEN>/<Method>` like `api.telegram.org`, for the real teloxide client
+//! (`Bot::new(FakeTelegram::TOKEN).set_api_url(url)`).
+//!
+//! It serves `getMe`, `getWebhookInfo`, `deleteWebhook`, `getUpdates` (long polling, `offset`
+//! confirming), `sendMessage`, `editMessageText`, `sendChatAction`, `setMyCommands` and
+//! `getMyCommands`, with methods matched case-insensitively and parameters read from JSON, form
+//! or query. Another token gets 401 `Unauthorized`, another method 404 `Not Found`. Tests queue
+//! what users say ([`FakeTelegram::inject`]), read what the bot did ([`FakeTelegram::sent`],
+//! [`FakeTelegram::requests`]) and inject failures ([`FakeTelegram::push_fault`],
+//! [`FakeTelegram::set_offline`]); a queued fault answers the call before any check of it.
+//!
+//! The same controls over HTTP, for the `herald-fake-telegram` binary:
+//! - `POST /_fake/messages` with a [`UserMessage`] (`{"user_id": 1, "text": "hi"}` is a DM; add
+//!   `chat_id`, `chat_kind`, `thread_id`, `username`, `first_name`, `mention`, `reply_to_bot`)
+//!   → `{"update_id": N}`; `POST /_fake/redeliver {"update_id": N}` → `{"update_id": M}`
+//! - `GET /_fake/sent` (`?chat_id=N` for one chat), `/_fake/edits`, `/_fake/chat_actions`,
+//!   `/_fake/requests`, `/_fake/offsets`, `/_fake/pending`
+//! - `POST /_fake/fault {"method": "sendMessage", "fault": {"kind": "too_many_requests",
+//!   "retry_after": 2}}` (see [`TelegramFault`] for the others)
+//! - `POST /_fake/offline {"offline": true}`, `/_fake/reject_markup {"reject": true}`,
+//!   `/_fake/webhook {"url": "https://..."}` (or `null`), `/_fake/reset`
+//!
+//! The control API keeps answering while the Bot API is offline.
+
+mod control;
+mod faults;
+mod inbound;
+mod methods;
+mod params;
+mod records;
+mod server;
+mod state;
+mod user;
+mod wire;
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub use faults::TelegramFault;
+pub use records::{EditedMessage, RecordedRequest, SentMessage};
+use state::Shared;
+pub use user::{ChatKind, UserMessage};
+
+/// A running fake Bot API; clones share it, and it stops when the last is dropped.
+#[derive(Clone, Debug)]
+pub struct FakeTelegram {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    shutdown: CancellationToken,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+impl FakeTelegram {
+    /// The only token the fake accepts.
+    pub const TOKEN: &'static str = "123456:fake-telegram-token";
+    /// The bot's user id.
+    pub const BOT_ID: i64 = 1000;
+    /// The bot's username, without the `@`.
+    pub const BOT_USERNAME: &'static str = "herald_test_bot";
+
+    /// Starts a server on `127.0.0.1` with a port chosen by the system.
+    ///
+    /// # Panics
+    /// If no loopback port can be bound, which leaves a test nothing to do.
+    pub async fn start() -> FakeTelegram {
+        let loopback = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
+        match FakeTelegram::start_on(loopback).await {
+            Ok(fake) => fake,
+            Err(err) => panic!("could not bind a loopback port for the fake telegram: {err}"),
+        }
+    }
+
+    /// Starts a server on `addr` (port 0 picks a free one).
+    pub async fn start_on(addr: SocketAddr) -> io::Result<FakeTelegram> {
+        let listener = TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared::default());
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(server::serve(listener, shared.clone(), shutdown.clone()));
+        let inner = Inner { addr, shared, shutdown, task: Mutex::new(Some(task)) };
+        Ok(FakeTelegram { inner: Arc::new(inner) })
+    }
+
+    /// The address the server listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.inner.addr
+    }
+
+    /// The base URL for teloxide's `set_api_url`, like `http://127.0.0.1:PORT`.
+    pub fn api_url(&self) -> String {
+        let mut addr = self.inner.addr;
+        if addr.ip().is_unspecified() {
+            // Listening on every interface: loopback is the one address sure to reach it.
+            addr.set_ip(Ipv4Addr::LOCALHOST.into());
+        }
+        format!("http://{addr}")
+    }
+
+    /// Queues an update with this message; its `update_id`.
+    pub fn inject(&self, msg: UserMessage) -> i64 {
+        self.shared().queue(|state| state.inject(&msg))
+    }
+
+    /// Queues a direct message from `user_id` (in the private chat of the same id).
+    pub fn dm(&self, user_id: i64, text: &str) -> i64 {
+        self.inject(UserMessage::dm(user_id, text))
+    }
+
+    /// Queues the message of update `update_id` again under a new update id, as Telegram does
+    /// when it redelivers; the new id.
+    ///
+    /// # Panics
+    /// If no update `update_id` was ever queued, which is a mistake in the test.
+    pub fn redeliver(&self, update_id: i64) -> i64 {
+        match self.shared().queue(|state| state.redeliver(update_id)) {
+            Some(id) => id,
+            None => panic!("no update {update_id} was ever queued by this fake telegram"),
+        }
+    }
+
+    /// Every message the bot sent, in order.
+    pub fn sent(&self) -> Vec<SentMessage> {
+        self.shared().lock().sent.clone()
+    }
+
+    /// The messages the bot sent to `chat_id`, in order.
+    pub fn sent_to(&self, chat_id: i64) -> Vec<SentMessage> {
+        self.shared().lock().sent.iter().filter(|m| m.chat_id == chat_id).cloned().collect()
+    }
+
+    /// Waits until the bot has sent at least `n` messages, or `timeout` passed; what was sent.
+    pub async fn wait_sent(&self, n: usize, timeout: Duration) -> Vec<SentMessage> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        // Subscribed before the first look, so a send after it still wakes us.
+        let mut sends = self.shared().sent.subscribe();
+        loop {
+            {
+                let state = self.shared().lock();
+                if state.sent.len() >= n || tokio::time::Instant::now() >= deadline {
+                    return state.sent.clone();
+                }
+            }
+            tokio::select! {
+                _ = sends.changed() => {}
+                () = tokio::time::sleep_until(deadline) => {}
+            }
+        }
+    }
+
+    /// Every successful `editMessageText`, in order.
+    pub fn edits(&self) -> Vec<EditedMessage> {
+        self.shared().lock().edits.clone()
+    }
+
+    /// Every `sendChatAction`, as (chat id, action like `typing`).
+    pub fn chat_actions(&self) -> Vec<(i64, String)> {
+        self.shared().lock().actions.clone()
+    }
+
+    /// Every Bot API call received, in order, including failed and faulted ones.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.shared().lock().requests.clone()
+    }
+
+    /// The `offset` of every `getUpdates` call, in order.
+    pub fn get_updates_offsets(&self) -> Vec<Option<i64>> {
+        self.shared().lock().offsets.clone()
+    }
+
+    /// How many updates no `offset` has confirmed yet.
+    pub fn pending_updates(&self) -> usize {
+        self.shared().lock().pending()
+    }
+
+    /// Answers the next call of `method` (any case, like `sendMessage`) with `fault`, after the
+    /// faults already queued for it.
+    pub fn push_fault(&self, method: &str, fault: TelegramFault) {
+        let mut state = self.shared().lock();
+        state.faults.entry(method.to_ascii_lowercase()).or_default().push_back(fault);
+    }
+
+    /// While offline, every Bot API request (held long polls too) ends without a response.
+    pub fn set_offline(&self, offline: bool) {
+        self.shared().offline.send_replace(offline);
+    }
+
+    /// While on, `sendMessage` and `editMessageText` with a `parse_mode` get 400 `can't parse
+    /// entities`.
+    pub fn reject_markup(&self, reject: bool) {
+        self.shared().lock().reject_markup = reject;
+    }
+
+    /// Sets the webhook `getWebhookInfo` reports; while one is set `getUpdates` gets 409, and
+    /// `deleteWebhook` clears it.
+    pub fn set_webhook(&self, url: Option<String>) {
+        self.shared().lock().webhook = url;
+    }
+
+    /// Forgets sent and edited messages, chat actions, requests and offsets (not the updates).
+    pub fn reset_records(&self) {
+        self.shared().lock().reset_records();
+    }
+
+    /// Stops the server (for every clone) and waits until it no longer accepts connections.
+    pub async fn shutdown(&self) {
+        self.inner.shutdown.cancel();
+        let task = self.inner.task.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(task) = task {
+            // A panicking server task has nothing left to clean up.
+            let _ = task.await;
+        }
+    }
+
+    fn shared(&self) -> &Shared {
+        &self.inner.shared
+    }
+}
