@@ -30,6 +30,8 @@ impl Cli {
     pub fn log_level(&self) -> tracing::Level {
         match (self.quiet, self.verbose) {
             (true, _) => tracing::Level::ERROR,
+            // The daemon reports its lifecycle (connected, shutting down) by default.
+            (false, 0) if matches!(self.command, Command::Gateway) => tracing::Level::INFO,
             (false, 0) => tracing::Level::WARN,
             (false, 1) => tracing::Level::INFO,
             (false, 2) => tracing::Level::DEBUG,
@@ -41,11 +43,16 @@ impl Cli {
 /// herald's commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run the daemon with every configured platform (foreground; systemd runs this)
+    Gateway,
     /// Talk to the agent in the terminal (a new session unless -c or -r)
     Chat(ChatArgs),
     /// List, read, search, export and tidy stored sessions
     #[command(subcommand)]
     Sessions(SessionsCommand),
+    /// Approve or revoke people who asked for access with a pairing code
+    #[command(subcommand)]
+    Pairing(PairingCommand),
     /// Check the config file, or print an example
     #[command(subcommand)]
     Config(ConfigCommand),
@@ -54,6 +61,31 @@ pub enum Command {
         /// Print JSON
         #[arg(long)]
         json: bool,
+    },
+}
+
+/// `herald pairing ...`.
+#[derive(Debug, Subcommand)]
+pub enum PairingCommand {
+    /// Pending pairing codes and approved users
+    List {
+        /// Print JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Allow the user who was given this code
+    Approve {
+        /// telegram, discord or slack
+        platform: Platform,
+        /// The 8-character code the user was given
+        code: String,
+    },
+    /// Take an approved user's access away
+    Revoke {
+        /// telegram, discord or slack
+        platform: Platform,
+        /// The platform user id (see `herald pairing list`)
+        user_id: String,
     },
 }
 

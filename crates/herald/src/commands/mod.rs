@@ -4,6 +4,8 @@
 pub mod config;
 pub mod doctor;
 mod export;
+pub mod gateway;
+mod pairing;
 mod search;
 mod sessions;
 mod show;
@@ -20,10 +22,12 @@ use crate::config::Loaded;
 /// Runs a command (other than `config example`, which needs no config) on a small
 /// single-threaded runtime, writing to stdout.
 pub fn run(command: Command, loaded: &Loaded) -> anyhow::Result<ExitCode> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("could not start the async runtime")?;
+    // The daemon uses every core; one-shot commands need only one thread.
+    let runtime = match command {
+        Command::Gateway => tokio::runtime::Builder::new_multi_thread().enable_all().build(),
+        _ => tokio::runtime::Builder::new_current_thread().enable_all().build(),
+    }
+    .context("could not start the async runtime")?;
     let mut out = BufWriter::new(io::stdout().lock());
     let code = runtime.block_on(dispatch(command, loaded, &mut out))?;
     out.flush()?;
@@ -40,6 +44,13 @@ async fn dispatch(
         Command::Config(ConfigCommand::Check) => config::check(loaded, out),
         Command::Config(ConfigCommand::Example) => config::write_example(out),
         Command::Doctor { json } => doctor::run(loaded, json, out).await,
+        Command::Gateway => gateway::run(loaded).await,
+        Command::Pairing(command) => {
+            let store = Store::open(loaded.config.store_options()).await?;
+            let result = pairing::run(&store, command, out).await;
+            store.close().await;
+            result
+        }
         Command::Sessions(command) => {
             let store = Store::open(loaded.config.store_options()).await?;
             let result = sessions::run(&store, command, out).await;

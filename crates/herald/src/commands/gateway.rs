@@ -1,0 +1,122 @@
+//! `herald gateway`: the daemon. Every configured platform is started; one that cannot start
+//! is reported and the others keep running.
+
+use std::future::Future;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use herald_core::Platform;
+use herald_gateway::{Access, BusyInput, DmPolicy, Gateway, GatewaySettings, history};
+use herald_store::Store;
+use herald_telegram::{TelegramAdapter, TelegramSettings};
+use tracing::{error, info, warn};
+
+use crate::config::{self, Config, ConfigError, DmPolicy as ConfigDmPolicy, Loaded};
+use crate::wiring;
+
+/// Runs the gateway until SIGTERM or SIGINT.
+pub async fn run(loaded: &Loaded) -> anyhow::Result<ExitCode> {
+    let shutdown = shutdown_signal()?;
+    serve(loaded, shutdown).await
+}
+
+/// Runs the gateway until `shutdown` resolves (tests pass their own).
+pub async fn serve(
+    loaded: &Loaded,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<ExitCode> {
+    let config = &loaded.config;
+    if config.platforms().is_empty() {
+        return Err(ConfigError::for_key(
+            loaded.path.as_deref(),
+            "telegram",
+            "no platform is configured: add a [telegram] section (see `herald config example`)",
+        )
+        .into());
+    }
+    let provider = wiring::provider(config)?;
+    let settings = settings(config)?;
+    let store = Store::open(config.store_options()).await?;
+    let tools = history::tools(&store);
+    let mut gateway = Gateway::new(store, provider, tools, settings);
+    let mut started = Vec::new();
+    if let Some(telegram) = &config.telegram {
+        match config::resolve(&telegram.token_env) {
+            Ok(token) => {
+                let settings = TelegramSettings::new(token.expose(), &telegram.api_url);
+                gateway.add_adapter(TelegramAdapter::new(settings)).await?;
+                started.push(Platform::Telegram);
+            }
+            Err(missing) => error!(
+                platform = "telegram",
+                "cannot start: {missing} (telegram.token_env names the variable)"
+            ),
+        }
+    }
+    for (name, present) in
+        [("discord", config.discord.is_some()), ("slack", config.slack.is_some())]
+    {
+        if present {
+            warn!(
+                platform = name,
+                "this build of herald cannot run {name} yet; the section is ignored"
+            );
+        }
+    }
+    if started.is_empty() {
+        anyhow::bail!("no platform could start; see the errors above");
+    }
+    info!(platforms = ?started, store = %config.store.path.display(), "gateway starting");
+    gateway.run(shutdown).await.context("the gateway stopped with an error")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The gateway's settings from `[gateway]`, `[model]`, `[agent]` and the platform sections.
+pub fn settings(config: &Config) -> anyhow::Result<GatewaySettings> {
+    let persona = config.agent.persona_text().context("could not read agent.persona_file")?;
+    let gateway = &config.gateway;
+    let mut settings = GatewaySettings {
+        max_concurrent_runs: usize::try_from(gateway.max_concurrent_runs).unwrap_or(usize::MAX),
+        busy_input: match gateway.busy_input {
+            config::BusyInput::Queue => BusyInput::Queue,
+            config::BusyInput::Interrupt => BusyInput::Interrupt,
+        },
+        group_sessions_per_user: gateway.group_sessions_per_user,
+        drain_timeout: Duration::from_secs(gateway.drain_timeout_s),
+        max_iterations: config.model.max_iterations,
+        ..GatewaySettings::new(persona, config.model.model.clone())
+    };
+    if let Some(t) = &config.telegram {
+        settings = settings.with_access(
+            Platform::Telegram,
+            access(&t.allowed_users, t.dm_policy, t.require_mention),
+        );
+    }
+    Ok(settings)
+}
+
+fn access(allowed: &[String], dm_policy: ConfigDmPolicy, require_mention: bool) -> Access {
+    Access {
+        allowed_users: allowed.to_vec(),
+        dm_policy: match dm_policy {
+            ConfigDmPolicy::Pair => DmPolicy::Pair,
+            ConfigDmPolicy::Allowlist => DmPolicy::Allowlist,
+            ConfigDmPolicy::Open => DmPolicy::Open,
+        },
+        require_mention,
+    }
+}
+
+/// Resolves on the first SIGTERM or SIGINT.
+fn shutdown_signal() -> anyhow::Result<impl Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("could not listen for SIGTERM")?;
+    let mut int = signal(SignalKind::interrupt()).context("could not listen for SIGINT")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => info!("SIGTERM received"),
+            _ = int.recv() => info!("SIGINT received"),
+        }
+    })
+}
