@@ -7,5 +7,6 @@ mod common;
 mod config;
 mod doctor;
 mod export;
+mod gateway;
 mod search;
 mod sessions;

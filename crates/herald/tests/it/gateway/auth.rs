@@ -1,0 +1,72 @@
+//! Deny by default: pairing codes for unknown DMs, silence for unknown group members and
+//! unaddressed group chatter.
+
+use herald_fakes::telegram::UserMessage;
+
+use super::{Daemon, settle};
+
+fn code_in(text: &str) -> String {
+    let at = text.find("approve telegram ").expect("the approve command in the reply") + 17;
+    text[at..at + 8].to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unknown_user_is_paired_before_being_answered() {
+    let d = Daemon::start("").await;
+    d.telegram.dm(777, "let me in");
+    let sent = d.replies(777, 1).await;
+    let code = code_in(&sent[0].text);
+    assert_eq!(d.model.request_count(), 0, "the model never sees an unauthorized message");
+
+    let wrong = d.herald(&["pairing", "approve", "telegram", "ZZZZZZZZ"]);
+    assert!(wrong.fails(1).contains("no pending pairing code"));
+    let listed = d.herald(&["pairing", "list"]).ok();
+    assert!(listed.contains(&code) && listed.contains("777"), "{listed}");
+
+    let approved = d.herald(&["pairing", "approve", "telegram", &code.to_lowercase()]).ok();
+    assert!(approved.contains("777"), "{approved}");
+    let again = d.herald(&["pairing", "approve", "telegram", &code]);
+    assert!(again.fails(1).contains("no pending pairing code"), "a code works once");
+
+    d.telegram.dm(777, "now?");
+    assert_eq!(d.replies(777, 2).await[1].text, "echo: now?");
+
+    assert!(d.herald(&["pairing", "revoke", "telegram", "777"]).ok().contains("revoked"));
+    d.telegram.dm(777, "still there?");
+    let sent = d.replies(777, 3).await;
+    assert!(sent[2].text.contains("pairing code"), "{:?}", sent[2]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_expired_code_is_refused() {
+    let d = Daemon::start("").await;
+    let store = d.store().await;
+    let request = herald_store::NewPairing {
+        platform: herald_core::Platform::Telegram,
+        code: "ABCDEFGH",
+        user_id: "888",
+        display_name: None,
+        chat_id: "888",
+        ttl_ms: 1,
+        max_pending: 3,
+    };
+    store.request_pairing(&request).await.unwrap();
+    store.close().await;
+    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    let refused = d.herald(&["pairing", "approve", "telegram", "ABCDEFGH"]);
+    assert!(refused.fails(1).contains("expired"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn groups_answer_only_known_users_who_mention_the_bot() {
+    let d = Daemon::start("").await;
+    d.telegram.inject(UserMessage::group(-42, 777, "hey bot").mention());
+    d.telegram.inject(UserMessage::group(-42, 1001, "just chatting"));
+    d.telegram.inject(UserMessage::group(-42, 1001, "answer me").mention());
+    let sent = d.replies(-42, 1).await;
+    settle().await;
+    let sent_now = d.telegram.sent_to(-42);
+    assert_eq!(sent_now.len(), 1, "{sent_now:?}");
+    assert_eq!(sent[0].text, "echo: answer me");
+    assert_eq!(d.model.request_count(), 1);
+}

@@ -1,0 +1,146 @@
+//! `herald gateway` as a real child process, against the fake Telegram Bot API (driven by the
+//! real teloxide client inside herald) and the fake model.
+
+mod auth;
+mod conversation;
+mod restart;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use herald_fakes::FakeModel;
+use herald_fakes::telegram::{FakeTelegram, SentMessage};
+use herald_store::{Store, StoreOptions};
+
+use crate::common::World;
+
+/// Users on the allowlist of every test daemon.
+pub const ALLOWED: [i64; 3] = [1001, 1002, 1003];
+
+/// A gateway child process with its fakes.
+pub struct Daemon {
+    pub world: World,
+    pub telegram: FakeTelegram,
+    pub model: FakeModel,
+    child: Option<Child>,
+    log: std::path::PathBuf,
+}
+
+impl Daemon {
+    /// Fakes started and a gateway running on a fresh store; `extra` goes into `[gateway]`.
+    pub async fn start(extra_gateway: &str) -> Daemon {
+        let telegram = FakeTelegram::start().await;
+        let model = FakeModel::start().await;
+        let allowed: Vec<String> = ALLOWED.iter().map(|id| format!("\"{id}\"")).collect();
+        let config = format!(
+            "[model]\nbase_url = \"{}\"\nmodel = \"fake-model\"\nrequest_timeout_s = 5\n\
+             [gateway]\ndrain_timeout_s = 10\n{extra_gateway}\n\
+             [telegram]\napi_url = \"{}\"\nallowed_users = [{}]\n",
+            model.base_url(),
+            telegram.api_url(),
+            allowed.join(", ")
+        );
+        let mut world = World::with_config(&config);
+        world.env("TELEGRAM_BOT_TOKEN", FakeTelegram::TOKEN);
+        let log = world.dir().join("gateway.log");
+        let mut daemon = Daemon { world, telegram, model, child: None, log };
+        daemon.spawn().await;
+        daemon
+    }
+
+    /// Starts the gateway process and waits until it polls the fake.
+    pub async fn spawn(&mut self) {
+        let polls = self.telegram.get_updates_offsets().len();
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_herald"));
+        command
+            .arg("gateway")
+            .env_clear()
+            .env("HOME", self.world.dir().join("home"))
+            .env("HERALD_CONFIG", &self.world.config)
+            .env("TELEGRAM_BOT_TOKEN", FakeTelegram::TOKEN)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log);
+        self.child = Some(command.spawn().expect("starting herald gateway"));
+        let started = Instant::now();
+        while self.telegram.get_updates_offsets().len() <= polls {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "the gateway never polled: {}",
+                self.logs()
+            );
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("the gateway exited with {status}: {}", self.logs());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// SIGTERM, then the exit code.
+    pub async fn stop(&mut self) -> i32 {
+        let mut child = self.child.take().expect("a running gateway");
+        let pid = child.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status().expect("kill");
+        let started = Instant::now();
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status.code().unwrap_or(-1);
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "the gateway did not stop: {}",
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// What the gateway logged so far.
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until `chat` got at least `n` messages, and returns them.
+    pub async fn replies(&self, chat: i64, n: usize) -> Vec<SentMessage> {
+        let started = Instant::now();
+        loop {
+            let sent = self.telegram.sent_to(chat);
+            if sent.len() >= n {
+                return sent;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "chat {chat} got {} of {n} replies: {sent:?}\n{}",
+                sent.len(),
+                self.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// The store, opened beside the running gateway.
+    pub async fn store(&self) -> Store {
+        Store::open(StoreOptions::new(&self.world.db)).await.unwrap()
+    }
+
+    /// Runs `herald ARGS` in the daemon's world.
+    pub fn herald(&self, args: &[&str]) -> crate::common::Run {
+        self.world.herald(args)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Gives the gateway a moment to (not) do something.
+pub async fn settle() {
+    tokio::time::sleep(Duration::from_millis(400)).await;
+}
