@@ -7,12 +7,14 @@
 //! - `search`: a large filled store and a fixed set of queries.
 //! - `agent-overhead`: turns through the agent loop and the store against an instant fake
 //!   model; herald's own time per turn.
+//! - `gateway`: chats through the fake Telegram Bot API, the real adapter and the gateway.
 //!
 //! All SQL stays in the store; the agent is wired as the `herald` binary wires it.
 
 mod agent;
 mod db;
 mod fill;
+mod gateway;
 mod queries;
 mod raw;
 mod search;
@@ -44,6 +46,8 @@ enum Command {
     Search(search::SearchArgs),
     /// Turns through the agent loop and the store; herald's own time per turn.
     AgentOverhead(agent::AgentArgs),
+    /// Chats through the fake Telegram Bot API, the real adapter and the gateway.
+    Gateway(gateway::GatewayArgs),
     /// One process of a storm (spawned by `store-storm`).
     #[command(hide = true)]
     Worker(worker::WorkerArgs),
@@ -63,6 +67,7 @@ async fn main() -> ExitCode {
         Command::StoreRaw(args) => raw::run(args).await,
         Command::Search(args) => search::run(args).await,
         Command::AgentOverhead(args) => agent::run(args).await,
+        Command::Gateway(args) => gateway::run(args).await,
         Command::Worker(args) => {
             worker::run(args).await.map(|()| Outcome { line: String::new(), ok: true })
         }

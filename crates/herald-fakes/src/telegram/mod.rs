@@ -165,6 +165,25 @@ impl FakeTelegram {
         }
     }
 
+    /// Waits until the bot sent more than `from` messages (or `timeout` passed) and returns
+    /// those after the first `from`: a cheap way to follow the sends as they happen.
+    pub async fn wait_sent_after(&self, from: usize, timeout: Duration) -> Vec<SentMessage> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut sends = self.shared().sent.subscribe();
+        loop {
+            {
+                let state = self.shared().lock();
+                if state.sent.len() > from || tokio::time::Instant::now() >= deadline {
+                    return state.sent.get(from..).map(<[SentMessage]>::to_vec).unwrap_or_default();
+                }
+            }
+            tokio::select! {
+                _ = sends.changed() => {}
+                () = tokio::time::sleep_until(deadline) => {}
+            }
+        }
+    }
+
     /// Every successful `editMessageText`, in order.
     pub fn edits(&self) -> Vec<EditedMessage> {
         self.shared().lock().edits.clone()
