@@ -65,13 +65,17 @@ impl Provider for Instant0 {
 /// Runs the scenario.
 pub async fn run(args: GatewayArgs) -> anyhow::Result<Outcome> {
     let scratch = ScratchDb::resolve(args.db.clone(), "gateway")?;
-    let store = Store::open(StoreOptions::new(scratch.path())).await.context("opening the store")?;
+    let store =
+        Store::open(StoreOptions::new(scratch.path())).await.context("opening the store")?;
     let fake = FakeTelegram::start().await;
     let settings = GatewaySettings {
         max_concurrent_runs: 64,
         ..GatewaySettings::new("You are Herald.", "instant")
     }
-    .with_access(Platform::Telegram, Access { allowed_users: vec!["*".into()], ..Access::default() });
+    .with_access(
+        Platform::Telegram,
+        Access { allowed_users: vec!["*".into()], ..Access::default() },
+    );
     let tools = history::tools(&store);
     let mut gateway = Gateway::new(store.clone(), Instant0, tools, settings);
     let mut telegram = TelegramSettings::new(FakeTelegram::TOKEN, fake.api_url());
@@ -130,7 +134,9 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<Outcome> {
 
     let latencies: Vec<f64> = arrived
         .iter()
-        .filter_map(|(text, when)| injected.get(text).map(|at| when.duration_since(*at).as_secs_f64() * 1000.0))
+        .filter_map(|(text, when)| {
+            injected.get(text).map(|at| when.duration_since(*at).as_secs_f64() * 1000.0)
+        })
         .collect();
     let answered = latencies.len();
     let latencies = Latencies::from_ms(latencies);

@@ -18,6 +18,9 @@ use crate::router::{CURSOR, Event, Router};
 use crate::settings::GatewaySettings;
 use crate::shared::Shared;
 
+/// An adapter's event, tagged with its platform.
+type Tagged = (Platform, Event);
+
 /// Outbound requests an adapter may have waiting.
 const OUTBOUND_QUEUE: usize = 1024;
 /// How long adapters get to deliver the last replies after the drain.
@@ -31,7 +34,7 @@ pub struct Gateway<P> {
     tools: ToolRegistry,
     settings: GatewaySettings,
     links: HashMap<Platform, Link>,
-    events: (mpsc::Sender<(Platform, Event)>, mpsc::Receiver<(Platform, Event)>),
+    events: (mpsc::Sender<Tagged>, mpsc::Receiver<Tagged>),
     adapters: TaskTracker,
     stop_adapters: CancellationToken,
     states: PlatformStates,
@@ -195,10 +198,10 @@ async fn drain_events(
             () = &mut done => return true,
             () = &mut deadline => return false,
             Some((platform, event)) = events.recv() => {
-                if let Event::Adapter(AdapterEvent::Cursor(cursor)) = event {
-                    if let Err(e) = store.set_cursor(platform, CURSOR, &cursor).await {
-                        warn!(%platform, error = %e, "could not save the platform cursor");
-                    }
+                if let Event::Adapter(AdapterEvent::Cursor(cursor)) = event
+                    && let Err(e) = store.set_cursor(platform, CURSOR, &cursor).await
+                {
+                    warn!(%platform, error = %e, "could not save the platform cursor");
                 }
             }
         }

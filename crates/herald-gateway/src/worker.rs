@@ -176,10 +176,10 @@ impl<P: Provider + 'static> Worker<P> {
                     ack.settle();
                     debug!(key = %self.key, seq, "queued while the session is busy");
                     self.queue.push_back(Pending::Message { seq, reply_to });
-                    if self.shared.settings.busy_input == BusyInput::Interrupt {
-                        if let Some(running) = &self.running {
-                            running.cancel();
-                        }
+                    if self.shared.settings.busy_input == BusyInput::Interrupt
+                        && let Some(running) = &self.running
+                    {
+                        running.cancel();
                     }
                 }
                 Ok(None) => ack.settle(),
@@ -276,10 +276,10 @@ impl<P: Provider + 'static> Worker<P> {
     /// At shutdown: commands still waiting are quick and change only the store; run them.
     async fn finish_commands(&mut self) {
         while let Some(pending) = self.queue.pop_front() {
-            if let Pending::Command(command, allowed) = pending {
-                if command != Command::Retry {
-                    let _ = self.run_command(command, allowed, false).await;
-                }
+            if let Pending::Command(command, allowed) = pending
+                && command != Command::Retry
+            {
+                let _ = self.run_command(command, allowed, false).await;
             }
         }
     }
