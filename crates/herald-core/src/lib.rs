@@ -6,6 +6,7 @@
 
 mod adapter;
 mod chat;
+mod chunk;
 mod message;
 mod platform;
 mod role;
@@ -14,6 +15,7 @@ pub use adapter::{
     Adapter, AdapterContext, AdapterError, AdapterEvent, Capabilities, LengthUnit, Markup,
 };
 pub use chat::{ChatKind, ChatRef, SessionKey, UserRef};
+pub use chunk::chunk;
 pub use message::{Ack, Inbound, Outbound, SendError, SentId, backoff};
 pub use platform::{ParsePlatformError, Platform};
 pub use role::{ParseRoleError, Role};

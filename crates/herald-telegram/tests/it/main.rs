@@ -1,0 +1,8 @@
+//! End-to-end tests: the real adapter and teloxide client against the fake Bot API.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+mod faults;
+mod lifecycle;
+mod receive;
+mod reply;
