@@ -170,7 +170,7 @@ mod tests {
 
     #[test]
     fn known_errors_keep_their_meaning() {
-        let classify = |api| Failure::classify(&RequestError::Api(api), "t");
+        let classify = |api| Failure::classify(&RequestError::Api(api), "123:secret");
         assert_eq!(
             classify(ApiError::InvalidToken),
             Failure::Unauthorized("invalid bot token".into())

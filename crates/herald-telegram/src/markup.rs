@@ -487,7 +487,7 @@ mod tests {
 
     #[test]
     fn tables_become_lines() {
-        check("| a | *b* |\n|---|---|\n| 1 | 2 |\n| 3 | |", "<b>a | <i>b</i></b>\n1 | 2\n3 | ");
+        check("| a | *b* |\n|---|---|\n| 1 | 2 |\n| 3 | |", "<b>a | <i>b</i></b>\n1 | 2\n3 |");
     }
 
     #[test]
