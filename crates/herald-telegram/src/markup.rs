@@ -369,13 +369,7 @@ mod tests {
     #[test]
     fn text_is_escaped() {
         check("a < b & c > d", "a &lt; b &amp; c &gt; d");
-        check(
-            "&amp; &copy; &lt;",
-            "&amp;amp; © &amp;lt;"
-                .replace("&amp;amp;", "&amp;")
-                .replace("&amp;lt;", "&lt;")
-                .as_str(),
-        );
+        check("&amp; &copy; &lt;", "&amp; © &lt;");
         assert_eq!(escape_html("<a href=\"x\">&</a>"), "&lt;a href=\"x\"&gt;&amp;&lt;/a&gt;");
     }
 

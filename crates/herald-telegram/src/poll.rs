@@ -168,8 +168,13 @@ impl Poller {
     /// Removes a webhook set while polling (long polling and a webhook exclude each other).
     async fn delete_webhook(&self) {
         warn!("a webhook was set for this bot while polling; deleting it");
-        if let Err(err) = self.bot.delete_webhook().await {
-            debug!(error = %Failure::classify(&err, &self.token).reason(), "could not delete the webhook");
+        let result = tokio::select! {
+            _ = self.shutdown.cancelled() => return,
+            result = self.bot.delete_webhook() => result,
+        };
+        if let Err(err) = result {
+            let reason = Failure::classify(&err, &self.token).reason();
+            debug!("could not delete the webhook: {reason}");
         }
     }
 

@@ -1,7 +1,6 @@
 //! A markdown reply as Telegram messages: chunks whose HTML fits one message.
 
-use herald_core::LengthUnit;
-use herald_core::chunk; // TEMP
+use herald_core::{LengthUnit, chunk};
 
 use crate::MAX_MESSAGE_LEN;
 use crate::markup::to_telegram_html;

@@ -42,3 +42,17 @@ async fn shutdown_interrupts_a_long_poll() {
     adapter.stop().await.unwrap();
     assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
 }
+
+#[tokio::test]
+async fn a_reply_does_not_wait_behind_a_long_poll() {
+    let fake = FakeTelegram::start().await;
+    let mut settings = crate::common::settings(&fake);
+    settings.poll_timeout = Duration::from_secs(60);
+    let mut adapter = Running::start(settings, None);
+    adapter.wait_connected().await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = std::time::Instant::now();
+    adapter.send(dm(42), "right away").await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(1), "took {:?}", started.elapsed());
+    adapter.stop().await.unwrap();
+}

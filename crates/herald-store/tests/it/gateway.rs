@@ -1,0 +1,283 @@
+use std::collections::HashSet;
+
+use herald_core::{ChatKind, ChatRef, Platform, Role, UserRef};
+use herald_store::{Appended, NewMessage, QueuedInbound, SearchQuery, Session, Store, StoreError};
+
+use crate::{fresh, open, session_for, turn};
+
+/// The session a chat key is routed to, created when there is none.
+async fn routed(store: &Store, key: &str) -> Session {
+    store.route_or_create(key, &session_for(Platform::Telegram, key)).await.unwrap().0
+}
+
+/// Queues `text` as the Telegram message `id` from user 42 in their DM.
+async fn queue(store: &Store, session: &Session, id: &str, text: &str) -> Option<i64> {
+    let chat = ChatRef::direct(Platform::Telegram, "42");
+    let user = UserRef { id: "42".into(), name: None };
+    let key = session.session_key.as_deref().unwrap_or("telegram:dm:42");
+    store.queue_inbound(key, &session.id, id, &chat, &user, text).await.unwrap()
+}
+
+/// What a search for `text` finds, as message texts.
+async fn found(store: &Store, text: &str) -> Vec<String> {
+    let hits = store.search(&SearchQuery::new(text)).await.unwrap();
+    hits.into_iter().map(|h| h.snippet).collect()
+}
+
+#[tokio::test]
+async fn cursors_are_kept_per_platform_and_name_across_restarts() {
+    let (store, dir) = fresh().await;
+    assert_eq!(store.cursor(Platform::Telegram, "offset").await.unwrap(), None);
+    store.set_cursor(Platform::Telegram, "offset", "100").await.unwrap();
+    assert_eq!(store.cursor(Platform::Telegram, "offset").await.unwrap().as_deref(), Some("100"));
+    store.set_cursor(Platform::Telegram, "offset", "101").await.unwrap();
+    store.set_cursor(Platform::Telegram, "backlog", "b").await.unwrap();
+    store.set_cursor(Platform::Discord, "offset", "d").await.unwrap();
+    store.close().await;
+
+    let store = open(&dir.path().join("state.db")).await;
+    let table = [
+        (Platform::Telegram, "offset", Some("101")),
+        (Platform::Telegram, "backlog", Some("b")),
+        (Platform::Discord, "offset", Some("d")),
+        (Platform::Discord, "backlog", None),
+        (Platform::Slack, "offset", None),
+    ];
+    for (platform, name, expected) in table {
+        let value = store.cursor(platform, name).await.unwrap();
+        assert_eq!(value.as_deref(), expected, "{platform} {name}");
+    }
+}
+
+#[tokio::test]
+async fn queued_messages_keep_arrival_order_and_who_wrote_them_across_restarts() {
+    let (store, dir) = fresh().await;
+    let dm = routed(&store, "telegram:dm:42").await;
+    let group = routed(&store, "telegram:group:-7:topic:3").await;
+    let dm_chat = ChatRef::direct(Platform::Telegram, "42");
+    let topic = ChatRef {
+        platform: Platform::Telegram,
+        id: "-7".into(),
+        kind: ChatKind::Group,
+        thread: Some("3".into()),
+    };
+    let ann = UserRef { id: "42".into(), name: Some("Ann".into()) };
+    let bob = UserRef { id: "43".into(), name: None };
+    let arrivals = [
+        (&dm, "11", &dm_chat, &ann, "first"),
+        (&group, "12", &topic, &bob, "second"),
+        (&dm, "13", &dm_chat, &ann, "third"),
+    ];
+    let mut expected = Vec::new();
+    for (session, id, chat, user, text) in arrivals {
+        let key = session.session_key.clone().unwrap();
+        let seq = store.queue_inbound(&key, &session.id, id, chat, user, text).await.unwrap();
+        let seq = seq.unwrap_or_else(|| panic!("message {id} was new"));
+        expected.push(QueuedInbound {
+            seq,
+            session_key: key,
+            message_id: id.into(),
+            chat: chat.clone(),
+            user: user.clone(),
+            content: text.into(),
+        });
+    }
+    let seqs: Vec<i64> = expected.iter().map(|q| q.seq).collect();
+    assert!(seqs.is_sorted() && seqs[0] < seqs[1] && seqs[1] < seqs[2], "{seqs:?}");
+    assert_eq!(store.queued_inbound().await.unwrap(), expected);
+    store.close().await;
+
+    let store = open(&dir.path().join("state.db")).await;
+    assert_eq!(store.queued_inbound().await.unwrap(), expected);
+    // queued, not answered: nothing is in the histories yet
+    assert!(store.history(&dm.id).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_redelivered_message_is_queued_once() {
+    let (store, _dir) = fresh().await;
+    let s = routed(&store, "telegram:dm:42").await;
+    assert!(queue(&store, &s, "1", "hello").await.is_some());
+    assert_eq!(queue(&store, &s, "1", "hello").await, None);
+    // already answered: stored straight into the history before
+    let answered = store.append_inbound(&s.id, Platform::Telegram, "2", NewMessage::user("hi"));
+    assert!(matches!(answered.await.unwrap(), Appended::Stored(_)));
+    assert_eq!(queue(&store, &s, "2", "hi").await, None);
+    // and the other way round: queued first, then delivered again while idle
+    assert!(queue(&store, &s, "3", "later").await.is_some());
+    let again = store.append_inbound(&s.id, Platform::Telegram, "3", NewMessage::user("later"));
+    assert_eq!(again.await.unwrap(), Appended::Duplicate);
+    // the same id on another platform is another message
+    let discord = ChatRef::direct(Platform::Discord, "42");
+    let user = UserRef { id: "42".into(), name: None };
+    let other = store.queue_inbound("discord:dm:42", &s.id, "1", &discord, &user, "hello");
+    assert!(other.await.unwrap().is_some());
+
+    let queued = store.queued_inbound().await.unwrap();
+    let ids: Vec<(Platform, &str)> =
+        queued.iter().map(|q| (q.chat.platform, q.message_id.as_str())).collect();
+    assert_eq!(ids, [(Platform::Telegram, "1"), (Platform::Telegram, "3"), (Platform::Discord, "1")]);
+    assert_eq!(store.history(&s.id).await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn taking_queued_messages_appends_them_in_the_given_order_once() {
+    let (store, dir) = fresh().await;
+    let s = routed(&store, "telegram:dm:42").await;
+    store.append_messages(&s.id, turn(1)).await.unwrap();
+    let a = queue(&store, &s, "21", "alpha").await.unwrap();
+    let b = queue(&store, &s, "22", "beta").await.unwrap();
+    let c = queue(&store, &s, "23", "gamma").await.unwrap();
+
+    assert_eq!(store.take_queued(&s.id, &[c, a]).await.unwrap().len(), 2);
+    // `a` is gone already: only `b` is appended
+    assert_eq!(store.take_queued(&s.id, &[a, b]).await.unwrap().len(), 1);
+    assert!(store.take_queued(&s.id, &[a, b, c]).await.unwrap().is_empty());
+    assert!(store.queued_inbound().await.unwrap().is_empty());
+    store.close().await;
+
+    let store = open(&dir.path().join("state.db")).await;
+    let history = store.history(&s.id).await.unwrap();
+    let tail: Vec<(Role, &str, Option<&str>)> = history[4..]
+        .iter()
+        .map(|m| (m.role, m.content.as_str(), m.platform_message_id.as_deref()))
+        .collect();
+    let expected = [
+        (Role::User, "gamma", Some("23")),
+        (Role::User, "alpha", Some("21")),
+        (Role::User, "beta", Some("22")),
+    ];
+    assert_eq!(tail, expected);
+    assert_eq!(store.session(&s.id).await.unwrap().unwrap().message_count, 7);
+    assert!(store.queued_inbound().await.unwrap().is_empty());
+    // once in the history, a redelivery is still recognized
+    assert_eq!(queue(&store, &s, "21", "alpha").await, None);
+}
+
+#[tokio::test]
+async fn taking_into_a_missing_session_loses_nothing() {
+    let (store, _dir) = fresh().await;
+    let s = routed(&store, "telegram:dm:42").await;
+    let seq = queue(&store, &s, "31", "keep me").await.unwrap();
+    let taken = store.take_queued("no-such-session", &[seq]).await;
+    assert!(matches!(taken, Err(StoreError::SessionNotFound(_))), "{taken:?}");
+    let queued = store.queued_inbound().await.unwrap();
+    assert_eq!(queued.iter().map(|q| q.seq).collect::<Vec<_>>(), [seq]);
+    assert_eq!(store.take_queued(&s.id, &[seq]).await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn only_open_routed_sessions_waiting_for_an_answer_are_unanswered() {
+    let (store, _dir) = fresh().await;
+    let waiting = routed(&store, "telegram:dm:1").await;
+    store.append_messages(&waiting.id, turn(1)).await.unwrap();
+    store.append_messages(&waiting.id, vec![NewMessage::user("still there?")]).await.unwrap();
+    let answered = routed(&store, "telegram:dm:2").await;
+    store.append_messages(&answered.id, turn(2)).await.unwrap();
+    let ended = routed(&store, "telegram:dm:3").await;
+    store.append_messages(&ended.id, vec![NewMessage::user("bye")]).await.unwrap();
+    store.end_session(&ended.id, "new").await.unwrap();
+    let unrouted = store.create_session(&session_for(Platform::Cli, "me")).await.unwrap();
+    store.append_messages(&unrouted.id, vec![NewMessage::user("cli")]).await.unwrap();
+    let empty = routed(&store, "telegram:dm:4").await;
+
+    let check = |listed: &[Session], cases: &[(&Session, bool)]| {
+        let ids: HashSet<&str> = listed.iter().map(|s| s.id.as_str()).collect();
+        for (session, expected) in cases {
+            let key = session.session_key.as_deref().unwrap_or("unrouted");
+            assert_eq!(ids.contains(session.id.as_str()), *expected, "{key}");
+        }
+        assert_eq!(ids.len(), cases.iter().filter(|(_, e)| *e).count());
+    };
+    let listed = store.unanswered_sessions().await.unwrap();
+    check(
+        &listed,
+        &[(&waiting, true), (&answered, false), (&ended, false), (&unrouted, false), (&empty, false)],
+    );
+
+    store.append_messages(&waiting.id, vec![NewMessage::assistant("yes")]).await.unwrap();
+    let listed = store.unanswered_sessions().await.unwrap();
+    check(&listed, &[(&waiting, false)]);
+}
+
+#[tokio::test]
+async fn undo_drops_the_last_exchange_with_its_tool_calls() {
+    // Removed text must leave search whether or not it was indexed before the undo.
+    for indexed_first in [true, false] {
+        let (store, _dir) = fresh().await;
+        let s = routed(&store, "telegram:dm:42").await;
+        let bystander = routed(&store, "telegram:dm:43").await;
+        store.append_messages(&bystander.id, turn(3)).await.unwrap();
+        store.append_messages(&s.id, turn(1)).await.unwrap();
+        let kept = store.history(&s.id).await.unwrap();
+        let calls = serde_json::json!([
+            {"id": "z1", "type": "function", "function": {"name": "lookup", "arguments": "{}"}},
+            {"id": "z2", "type": "function", "function": {"name": "lookup", "arguments": "{}"}},
+        ]);
+        let exchange = vec![
+            NewMessage::user("tell me about zeppelins"),
+            NewMessage::assistant("").with_tool_calls(calls),
+            NewMessage::tool("z1", "lookup", "zeppelins are airships"),
+            NewMessage::tool("z2", "lookup", "zeppelins float"),
+            NewMessage::assistant("zeppelins are rigid airships"),
+        ];
+        store.append_messages(&s.id, exchange).await.unwrap();
+        if indexed_first {
+            store.index_pending().await.unwrap();
+        }
+        assert_eq!(found(&store, "zeppelins").await.len(), 4, "indexed first: {indexed_first}");
+
+        assert_eq!(store.undo_last_exchange(&s.id).await.unwrap(), 5);
+        assert_eq!(store.history(&s.id).await.unwrap(), kept);
+        let counts = store.session(&s.id).await.unwrap().unwrap();
+        assert_eq!((counts.message_count, counts.tool_call_count), (4, 1));
+        assert!(found(&store, "zeppelins").await.is_empty(), "indexed first: {indexed_first}");
+        assert_eq!(found(&store, "answer").await.len(), 2);
+
+        assert_eq!(store.undo_last_exchange(&s.id).await.unwrap(), 4);
+        let counts = store.session(&s.id).await.unwrap().unwrap();
+        assert_eq!((counts.message_count, counts.tool_call_count), (0, 0));
+        assert_eq!(store.undo_last_exchange(&s.id).await.unwrap(), 0);
+        assert_eq!(store.history(&bystander.id).await.unwrap().len(), 4);
+    }
+}
+
+#[tokio::test]
+async fn undo_without_a_user_message_removes_nothing() {
+    let (store, _dir) = fresh().await;
+    let s = routed(&store, "telegram:dm:42").await;
+    assert_eq!(store.undo_last_exchange(&s.id).await.unwrap(), 0);
+    store.append_messages(&s.id, vec![NewMessage::assistant("welcome")]).await.unwrap();
+    assert_eq!(store.undo_last_exchange(&s.id).await.unwrap(), 0);
+    assert_eq!(store.history(&s.id).await.unwrap().len(), 1);
+    assert_eq!(store.session(&s.id).await.unwrap().unwrap().message_count, 1);
+}
+
+#[tokio::test]
+async fn retry_keeps_the_question_and_drops_the_answer() {
+    let (store, _dir) = fresh().await;
+    let s = routed(&store, "telegram:dm:42").await;
+    store.append_messages(&s.id, turn(1)).await.unwrap();
+    store.append_messages(&s.id, turn(2)).await.unwrap();
+    store.index_pending().await.unwrap();
+    let before = store.history(&s.id).await.unwrap();
+
+    let text = store.reset_last_answer(&s.id).await.unwrap();
+    assert_eq!(text.as_deref(), Some("question number 2"));
+    assert_eq!(store.history(&s.id).await.unwrap(), before[..5]);
+    let counts = store.session(&s.id).await.unwrap().unwrap();
+    assert_eq!((counts.message_count, counts.tool_call_count), (5, 1));
+    assert_eq!(found(&store, "answer").await, ["**answer** number 1"]);
+    // the question waits for an answer again, and retrying twice asks the same question
+    let unanswered = store.unanswered_sessions().await.unwrap();
+    assert_eq!(unanswered.iter().map(|u| &u.id).collect::<Vec<_>>(), [&s.id]);
+    let again = store.reset_last_answer(&s.id).await.unwrap();
+    assert_eq!(again.as_deref(), Some("question number 2"));
+    assert_eq!(store.history(&s.id).await.unwrap().len(), 5);
+
+    let silent = routed(&store, "telegram:dm:43").await;
+    assert_eq!(store.reset_last_answer(&silent.id).await.unwrap(), None);
+    store.append_messages(&silent.id, vec![NewMessage::assistant("hello")]).await.unwrap();
+    assert_eq!(store.reset_last_answer(&silent.id).await.unwrap(), None);
+    assert_eq!(store.history(&silent.id).await.unwrap().len(), 1);
+}
