@@ -1,13 +1,14 @@
 use std::collections::HashSet;
 
 use herald_core::{ChatKind, ChatRef, Platform, Role, UserRef};
-use herald_store::{Appended, NewMessage, QueuedInbound, SearchQuery, Session, Store, StoreError};
+use herald_store::{Appended, NewMessage, NewSession, QueuedInbound, SearchQuery, Session, Store, StoreError};
 
 use crate::{fresh, open, session_for, turn};
 
 /// The session a chat key is routed to, created when there is none.
 async fn routed(store: &Store, key: &str) -> Session {
-    store.route_or_create(key, &session_for(Platform::Telegram, key)).await.unwrap().0
+    let new = NewSession { session_key: Some(key.to_owned()), ..session_for(Platform::Telegram, key) };
+    store.route_or_create(key, &new).await.unwrap().0
 }
 
 /// Queues `text` as the Telegram message `id` from user 42 in their DM.

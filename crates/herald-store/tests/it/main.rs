@@ -3,6 +3,7 @@
 
 mod busy;
 mod concurrency;
+mod gateway;
 mod schema;
 mod search;
 mod sessions;
