@@ -56,12 +56,53 @@ pub enum Command {
     /// Check the config file, or print an example
     #[command(subcommand)]
     Config(ConfigCommand),
-    /// Check the store's health and which platforms are configured
+    /// Install, remove or inspect the systemd unit that runs the gateway
+    #[command(subcommand)]
+    Service(ServiceCommand),
+    /// Check the config, the store, the platforms' tokens and the service unit
     Doctor {
         /// Print JSON
         #[arg(long)]
         json: bool,
     },
+}
+
+/// `herald service ...`.
+#[derive(Debug, Subcommand)]
+pub enum ServiceCommand {
+    /// Write the unit (for --system also sysusers.d and tmpfiles.d files) and reload systemd
+    Install {
+        #[command(flatten)]
+        target: ServiceTarget,
+        /// Print every file and its path; write nothing
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Stop and disable the service and remove the files install wrote
+    Uninstall {
+        #[command(flatten)]
+        target: ServiceTarget,
+        /// Print what would be removed; remove nothing
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Whether the unit is installed and current, and whether the service runs
+    Status {
+        #[command(flatten)]
+        target: ServiceTarget,
+    },
+}
+
+/// Which service manager: `--user` or `--system`.
+#[derive(Debug, Clone, Copy, Args)]
+#[group(multiple = false)]
+pub struct ServiceTarget {
+    /// The current user's service (the default, unless run as root)
+    #[arg(long)]
+    pub user: bool,
+    /// The system service, run as the user herald (the default as root)
+    #[arg(long)]
+    pub system: bool,
 }
 
 /// `herald pairing ...`.

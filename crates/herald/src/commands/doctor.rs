@@ -1,12 +1,17 @@
-//! `herald doctor`: the store's health and the configured platforms, one line per check.
+//! `herald doctor`: the config, the store's health, the configured platforms and their
+//! tokens, and the service unit, one line per check.
 
+use std::fs::OpenOptions;
 use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 use std::process::ExitCode;
 
 use herald_store::{Health, Store};
 use serde::Serialize;
 
-use crate::config::{Config, Loaded, resolve};
+use super::service::{self, FileState, Host, Mode};
+use crate::config::{Config, Env, Loaded, resolve};
 use crate::output;
 
 /// One check's outcome.
@@ -25,27 +30,31 @@ impl Check {
 
 /// Runs every check and prints `ok`/`FAIL` lines (or JSON); exit 1 when any failed.
 pub async fn run(loaded: &Loaded, json: bool, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
+    // A config that did not load never gets here: herald reported it and exited 2.
     let mut checks = vec![Check::new(
         "config",
         true,
         match &loaded.path {
-            Some(path) => path.display().to_string(),
+            Some(path) => format!("{} is valid", path.display()),
             None => "no file; defaults apply".to_owned(),
         },
     )];
-    let path = loaded.config.store.path.display().to_string();
+    let db = &loaded.config.store.path;
     match Store::open(loaded.config.store_options()).await {
         Ok(store) => {
-            checks.push(Check::new("store", true, path));
-            match store.health().await {
+            checks.push(Check::new("store", true, db.display().to_string()));
+            let health = store.health().await;
+            store.close().await;
+            checks.push(writable_check(db));
+            match health {
                 Ok(health) => checks.extend(store_checks(&health)),
                 Err(e) => checks.push(Check::new("health", false, e.to_string())),
             }
-            store.close().await;
         }
         Err(e) => checks.push(Check::new("store", false, e.to_string())),
     }
     checks.extend(platform_checks(&loaded.config));
+    checks.extend(service_checks(loaded));
 
     let healthy = checks.iter().all(|c| c.ok);
     if json {
@@ -57,6 +66,43 @@ pub async fn run(loaded: &Loaded, json: bool, out: &mut dyn Write) -> anyhow::Re
         }
     }
     Ok(if healthy { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// Whether the daemon can go on writing: SQLite creates `-wal`, `-shm` and journal files
+/// beside the database, so its directory must take new files; the files already there must
+/// be writable by this user (one left by `sudo herald ...` is root's); and the database,
+/// created 0600, should still be private to its owner.
+fn writable_check(db: &Path) -> Check {
+    let dir = db.parent().unwrap_or(Path::new("/"));
+    // An unnamed temporary file: nothing is left behind, even if doctor is killed.
+    if let Err(e) = tempfile::tempfile_in(dir) {
+        let detail = format!("cannot create files in {}: {e}; SQLite needs to", dir.display());
+        return Check::new("writable", false, detail);
+    }
+    let mut sidecars = vec![db.to_owned()];
+    for suffix in ["-wal", "-shm", "-lock"] {
+        let mut name = db.as_os_str().to_owned();
+        name.push(suffix);
+        sidecars.push(name.into());
+    }
+    for file in sidecars.iter().filter(|f| f.exists()) {
+        // Opened for writing, neither created nor truncated: nothing changes.
+        if let Err(e) = OpenOptions::new().write(true).open(file) {
+            let detail =
+                format!("cannot write {}: {e}; give it to the user herald runs as", file.display());
+            return Check::new("writable", false, detail);
+        }
+    }
+    let mode = std::fs::metadata(db).map(|m| m.permissions().mode() & 0o777).unwrap_or(0o600);
+    if mode & 0o077 != 0 {
+        let detail = format!(
+            "{} has mode {mode:04o}: other users can read the conversations; run chmod 600 {}",
+            db.display(),
+            db.display()
+        );
+        return Check::new("writable", false, detail);
+    }
+    Check::new("writable", true, format!("{} and its directory, mode {mode:04o}", db.display()))
 }
 
 fn store_checks(health: &Health) -> Vec<Check> {
@@ -120,6 +166,51 @@ fn platform_checks(config: &Config) -> Vec<Check> {
             Err(_) => (true, format!("{} not set (fine for a local model server)", secret.var)),
         };
         checks.push(Check::new("secret", ok, detail));
+    }
+    checks
+}
+
+/// The installed units. Not being installed is fine: herald runs as well from a terminal or
+/// under another supervisor, so that is only noted. A unit that is installed but is not what
+/// this herald would write fails: it runs another binary or config, or stops sooner than the
+/// configured drain needs, which kills herald mid-drain and restarts it in a loop.
+fn service_checks(loaded: &Loaded) -> Vec<Check> {
+    let host = Host::from_env(&Env::process());
+    let mut checks = Vec::new();
+    for mode in [Mode::System, Mode::User] {
+        let (unit, state) = match service::unit_state(mode, &host, loaded) {
+            Ok(found) => found,
+            // No home directory means no user unit to check.
+            Err(_) if mode == Mode::User => continue,
+            Err(e) => {
+                checks.push(Check::new("service", false, format!("{e:#}")));
+                continue;
+            }
+        };
+        let (name, path, flag) = (mode.name(), unit.path.display(), mode.flag());
+        let check = match state {
+            FileState::Absent => continue,
+            FileState::Current => {
+                Check::new("service", true, format!("{name} unit {path}, current"))
+            }
+            FileState::Outdated { installed, expected } => Check::new(
+                "service",
+                false,
+                format!(
+                    "{name} unit {path} is outdated (it has `{installed}`, this herald would \
+                     write `{expected}`); run herald service install {flag}"
+                ),
+            ),
+            FileState::Unreadable(e) => {
+                Check::new("service", false, format!("cannot read {name} unit {path}: {e}"))
+            }
+        };
+        checks.push(check);
+    }
+    if checks.is_empty() {
+        let note = "not installed as a service (fine when herald runs from a terminal; see \
+                    herald service install)";
+        checks.push(Check::new("service", true, note));
     }
     checks
 }

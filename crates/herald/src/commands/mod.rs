@@ -7,6 +7,7 @@ mod export;
 pub mod gateway;
 mod pairing;
 mod search;
+pub mod service;
 mod sessions;
 mod show;
 
@@ -51,6 +52,7 @@ async fn dispatch(
             store.close().await;
             result
         }
+        Command::Service(command) => service::run(command, loaded, out),
         Command::Sessions(command) => {
             let store = Store::open(loaded.config.store_options()).await?;
             let result = sessions::run(&store, command, out).await;

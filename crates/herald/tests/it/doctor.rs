@@ -1,17 +1,40 @@
 //! `herald doctor`.
 
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+
 use crate::common::{World, json};
+
+/// A world whose config sets the store path and `extra`, with service files looked for in a
+/// test root rather than this machine's /etc.
+fn world(extra: &str) -> World {
+    let mut world = World::with_config(extra);
+    let root = world.dir().join("root");
+    world.env("HERALD_SERVICE_ROOT", root.to_str().unwrap());
+    world.env("HERALD_SYSTEMCTL", "true");
+    world
+}
+
+/// The line of the check named `name`.
+#[track_caller]
+fn line<'a>(out: &'a str, name: &str) -> &'a str {
+    let found = out.lines().find(|l| l.split_whitespace().nth(1) == Some(name));
+    found.unwrap_or_else(|| panic!("no {name} check: {out}"))
+}
 
 #[test]
 fn a_fresh_store_is_healthy() {
-    let world = World::new();
+    let world = world("");
     let out = world.herald(&["doctor"]).ok();
     let lines: Vec<&str> = out.lines().collect();
     assert!(lines.iter().all(|l| l.starts_with("ok ")), "{out}");
-    for check in ["store", "schema", "journal", "search", "integrity", "platforms"] {
-        assert!(lines.iter().any(|l| l.split_whitespace().nth(1) == Some(check)), "{check}: {out}");
+    let checks = ["config", "store", "writable", "schema", "journal", "search", "integrity"];
+    for check in checks.into_iter().chain(["platforms", "service"]) {
+        line(&out, check);
     }
     assert!(out.contains("WAL") && out.contains("FTS5") && out.contains("current"), "{out}");
+    assert!(line(&out, "config").ends_with("config.toml is valid"), "{out}");
+    assert!(line(&out, "writable").ends_with("mode 0600"), "{out}");
     assert!(world.db.exists());
     let report = json(&world.herald(&["doctor", "--json"]).ok());
     assert_eq!(report["ok"], true);
@@ -20,7 +43,7 @@ fn a_fresh_store_is_healthy() {
 
 #[test]
 fn a_platform_without_its_token_fails() {
-    let mut world = World::with_config("[discord]\n");
+    let mut world = world("[discord]\n");
     let run = world.herald(&["doctor"]);
     assert_eq!(run.code, 1, "{run:?}");
     let fail = run.stdout.lines().find(|l| l.starts_with("FAIL")).expect("a FAIL line");
@@ -31,13 +54,69 @@ fn a_platform_without_its_token_fails() {
 }
 
 #[test]
+fn a_token_is_named_and_never_shown() {
+    let mut world = world("[telegram]\n[slack]\n");
+    world.env("TELEGRAM_BOT_TOKEN", "123456:very-secret-token");
+    world.env("SLACK_BOT_TOKEN", "xoxb-very-secret");
+    let run = world.herald(&["doctor"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    let secrets: Vec<&str> = run.stdout.lines().filter(|l| l.contains(" secret ")).collect();
+    assert!(secrets.iter().any(|l| l.starts_with("ok ") && l.ends_with("from TELEGRAM_BOT_TOKEN")));
+    assert!(secrets.iter().any(|l| l.starts_with("FAIL") && l.contains("SLACK_APP_TOKEN")));
+    assert!(!run.stdout.contains("very-secret"), "{run:?}");
+    world.env("SLACK_APP_TOKEN", "xapp-very-secret");
+    let out = world.herald(&["doctor"]).ok();
+    assert!(!out.contains("very-secret"), "{out}");
+}
+
+#[test]
 fn an_unopenable_store_fails() {
-    let world = World::new();
-    std::fs::create_dir_all(&world.db).unwrap(); // a directory where the file should be
+    let world = world("");
+    fs::create_dir_all(&world.db).unwrap(); // a directory where the file should be
     let run = world.herald(&["doctor", "--json"]);
     assert_eq!(run.code, 1, "{run:?}");
     let report = json(&run.stdout);
     assert_eq!(report["ok"], false);
     assert_eq!(report["checks"][1]["name"], "store");
     assert_eq!(report["checks"][1]["ok"], false);
+}
+
+#[test]
+fn a_database_other_users_can_read_fails() {
+    let world = world("");
+    world.herald(&["doctor"]).ok();
+    fs::set_permissions(&world.db, fs::Permissions::from_mode(0o644)).unwrap();
+    let run = world.herald(&["doctor"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    let writable = line(&run.stdout, "writable");
+    assert!(writable.starts_with("FAIL") && writable.contains("mode 0644"), "{writable}");
+    assert!(writable.ends_with(&format!("run chmod 600 {}", world.db.display())), "{writable}");
+}
+
+#[test]
+fn the_service_unit_is_noted_when_absent_and_must_be_current_when_installed() {
+    let world = world("");
+    let out = world.herald(&["doctor"]).ok();
+    assert!(line(&out, "service").contains("not installed as a service"), "{out}");
+
+    world.herald(&["service", "install", "--user"]).ok();
+    let report = json(&world.herald(&["doctor", "--json"]).ok());
+    let checks = report["checks"].as_array().unwrap();
+    let service: Vec<_> = checks.iter().filter(|c| c["name"] == "service").collect();
+    assert_eq!(service.len(), 1, "{report}");
+    assert_eq!(service[0]["ok"], true);
+    assert!(service[0]["detail"].as_str().unwrap().starts_with("user unit "), "{report}");
+    assert!(service[0]["detail"].as_str().unwrap().ends_with(", current"), "{report}");
+
+    // A longer drain needs a longer stop timeout than the installed unit has.
+    let config = fs::read_to_string(&world.config).unwrap();
+    fs::write(&world.config, format!("{config}[gateway]\ndrain_timeout_s = 90\n")).unwrap();
+    let run = world.herald(&["doctor"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    let service = line(&run.stdout, "service");
+    assert!(service.starts_with("FAIL"), "{service}");
+    assert!(service.contains("`TimeoutStopSec=45s`") && service.contains("`TimeoutStopSec=105s`"));
+    assert!(service.ends_with("run herald service install --user"), "{service}");
+    world.herald(&["service", "install", "--user"]).ok();
+    world.herald(&["doctor"]).ok();
 }

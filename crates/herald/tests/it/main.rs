@@ -9,4 +9,5 @@ mod doctor;
 mod export;
 mod gateway;
 mod search;
+mod service;
 mod sessions;
