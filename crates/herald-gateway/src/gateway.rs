@@ -1,4 +1,5 @@
 //! The gateway's top level: adapters started, the router's loop, and the drain at shutdown.
+//! The loop answers heartbeats between events, so a watchdog sees whether it still turns.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -14,6 +15,8 @@ use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
 use crate::link::{Link, PlatformState, PlatformStates};
+use crate::liveness::{BEATS_WAITING, Beat, Heartbeat, Started};
+use crate::metrics::Metrics;
 use crate::router::{CURSOR, Event, Router};
 use crate::settings::GatewaySettings;
 use crate::shared::Shared;
@@ -38,6 +41,9 @@ pub struct Gateway<P> {
     adapters: TaskTracker,
     stop_adapters: CancellationToken,
     states: PlatformStates,
+    metrics: Metrics,
+    beats: (mpsc::Sender<Beat>, mpsc::Receiver<Beat>),
+    started: Started,
 }
 
 impl<P: Provider + 'static> Gateway<P> {
@@ -53,12 +59,30 @@ impl<P: Provider + 'static> Gateway<P> {
             adapters: TaskTracker::new(),
             stop_adapters: CancellationToken::new(),
             states: PlatformStates::default(),
+            metrics: Metrics::default(),
+            beats: mpsc::channel(BEATS_WAITING),
+            started: Started::default(),
         }
     }
 
     /// Each platform's state, for health reports; it stays current while the gateway runs.
     pub fn states(&self) -> PlatformStates {
         self.states.clone()
+    }
+
+    /// The gateway's counters, for `/metrics`; they stay current while the gateway runs.
+    pub fn metrics(&self) -> Metrics {
+        self.metrics.clone()
+    }
+
+    /// A liveness probe answered by the gateway's event loop, for the service watchdog.
+    pub fn heartbeat(&self) -> Heartbeat {
+        Heartbeat(self.beats.0.clone())
+    }
+
+    /// Resolves once [`Gateway::run`] has started its loop, for the service's readiness.
+    pub fn started(&self) -> Started {
+        self.started.clone()
     }
 
     /// Starts a platform adapter, resuming from its saved cursor. A platform that fails later
@@ -68,8 +92,10 @@ impl<P: Provider + 'static> Gateway<P> {
         let cursor = self.store.cursor(platform, CURSOR).await?;
         let (outbound, outbound_rx) = mpsc::channel(OUTBOUND_QUEUE);
         let (adapter_events, mut adapter_rx) = mpsc::channel(OUTBOUND_QUEUE);
-        self.links.insert(platform, Link { outbound, caps: adapter.capabilities() });
+        let link = Link { outbound, caps: adapter.capabilities(), metrics: self.metrics.clone() };
+        self.links.insert(platform, link);
         self.states.set(platform, PlatformState::Starting);
+        self.metrics.add_platform(platform);
         let context = AdapterContext { events: adapter_events, outbound: outbound_rx, cursor };
         let events = self.events.0.clone();
         let stop = self.stop_adapters.clone();
@@ -101,8 +127,13 @@ impl<P: Provider + 'static> Gateway<P> {
             adapters,
             stop_adapters,
             states,
+            metrics,
+            beats,
+            started,
         } = self;
         let (_, mut events) = events;
+        // Only the heartbeats handed out keep the channel open; with none, `recv` is `None`.
+        let (_, mut beats) = beats;
         let drain = settings.drain_timeout;
         let shared = Arc::new(Shared {
             store: store.clone(),
@@ -112,20 +143,32 @@ impl<P: Provider + 'static> Gateway<P> {
             settings,
             links,
             stop_turns: CancellationToken::new(),
+            metrics: metrics.clone(),
         });
         let stop_turns = shared.stop_turns.clone();
         let (idle_tx, mut idle_rx) = mpsc::channel(64);
         let mut router = Router::new(shared, states, idle_tx);
         router.recover().await;
         info!("gateway running");
+        started.0.cancel();
         tokio::pin!(shutdown);
         loop {
             tokio::select! {
                 biased;
                 () = &mut shutdown => break,
-                Some((platform, event)) = events.recv() => router.on_event(platform, event).await,
+                // Before the events: a steady stream of them must not starve the heartbeat.
+                Some(beat) = beats.recv() => {
+                    let _ = beat.send(());
+                }
+                Some((platform, event)) = events.recv() => {
+                    if let Event::Adapter(AdapterEvent::Inbound(_)) = &event {
+                        metrics.received(platform);
+                    }
+                    router.on_event(platform, event).await;
+                }
                 Some(idle) = idle_rx.recv() => router.on_idle(idle),
             }
+            metrics.set_active_sessions(router.workers.len());
         }
 
         info!(
@@ -135,22 +178,25 @@ impl<P: Provider + 'static> Gateway<P> {
         );
         stop_adapters.cancel();
         router.workers.clear();
+        metrics.set_active_sessions(0);
         router.tracker.close();
         let workers = router.tracker.clone();
-        let finished = keep_cursors(&router, &mut events, workers.wait(), drain).await;
+        let finished = keep_cursors(&router, &mut events, &mut beats, workers.wait(), drain).await;
         if !finished {
             warn!(
                 "the drain time is over: stopping the turns still running (their messages are answered after the restart)"
             );
             stop_turns.cancel();
-            keep_cursors(&router, &mut events, workers.wait(), Duration::from_secs(5)).await;
+            let workers = workers.wait();
+            keep_cursors(&router, &mut events, &mut beats, workers, Duration::from_secs(5)).await;
         }
         // The last senders of the adapters' outbound queues go with the router: adapters
         // deliver what is queued and return.
         let states = router.states.clone();
         drop(router);
         adapters.close();
-        let flushed = drain_events(&store, &mut events, adapters.wait(), ADAPTER_FLUSH).await;
+        let flushed =
+            drain_events(&store, &mut events, &mut beats, adapters.wait(), ADAPTER_FLUSH).await;
         if !flushed {
             warn!("a platform did not finish sending within {} s", ADAPTER_FLUSH.as_secs());
         }
@@ -162,10 +208,12 @@ impl<P: Provider + 'static> Gateway<P> {
 }
 
 /// Waits for `done` up to `limit` while still saving the cursors adapters report (and
-/// dropping new messages unsettled, so the platform delivers them again after the restart).
+/// dropping new messages unsettled, so the platform delivers them again after the restart)
+/// and answering heartbeats: the drain is progress too.
 async fn keep_cursors<P: Provider + 'static>(
     router: &Router<P>,
     events: &mut mpsc::Receiver<(Platform, Event)>,
+    beats: &mut mpsc::Receiver<Beat>,
     done: impl Future<Output = ()>,
     limit: Duration,
 ) -> bool {
@@ -175,6 +223,9 @@ async fn keep_cursors<P: Provider + 'static>(
         tokio::select! {
             () = &mut done => return true,
             () = &mut deadline => return false,
+            Some(beat) = beats.recv() => {
+                let _ = beat.send(());
+            }
             Some((platform, event)) = events.recv() => {
                 if let Event::Adapter(AdapterEvent::Cursor(cursor)) = event {
                     router.save_cursor(platform, &cursor).await;
@@ -188,6 +239,7 @@ async fn keep_cursors<P: Provider + 'static>(
 async fn drain_events(
     store: &Store,
     events: &mut mpsc::Receiver<(Platform, Event)>,
+    beats: &mut mpsc::Receiver<Beat>,
     done: impl Future<Output = ()>,
     limit: Duration,
 ) -> bool {
@@ -197,6 +249,9 @@ async fn drain_events(
         tokio::select! {
             () = &mut done => return true,
             () = &mut deadline => return false,
+            Some(beat) = beats.recv() => {
+                let _ = beat.send(());
+            }
             Some((platform, event)) = events.recv() => {
                 if let Event::Adapter(AdapterEvent::Cursor(cursor)) = event
                     && let Err(e) = store.set_cursor(platform, CURSOR, &cursor).await

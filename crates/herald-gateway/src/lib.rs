@@ -6,13 +6,16 @@
 //! sessions up to `max_concurrent_runs`), and a fresh agent per inbound message built from the
 //! session's stored system prompt and its history read back from the store. Every inbound
 //! message is stored before the agent runs and its platform id recorded, so a redelivered
-//! message is answered once and a restart answers what was left.
+//! message is answered once and a restart answers what was left. The gateway keeps [`Metrics`]
+//! and answers a [`Heartbeat`] from its event loop, for the daemon's health and watchdog.
 
 mod auth;
 mod commands;
 mod gateway;
 pub mod history;
 mod link;
+mod liveness;
+mod metrics;
 mod router;
 mod settings;
 mod shared;
@@ -23,4 +26,6 @@ pub use auth::{Allowed, pairing_code};
 pub use commands::{Command, HELP};
 pub use gateway::Gateway;
 pub use link::{PlatformState, PlatformStates};
+pub use liveness::{Heartbeat, Started};
+pub use metrics::{Metrics, RUN_BUCKETS};
 pub use settings::{Access, BusyInput, DmPolicy, GatewaySettings, Reloadable};

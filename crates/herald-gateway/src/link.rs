@@ -6,11 +6,14 @@ use std::sync::{Arc, Mutex};
 use herald_core::{Capabilities, ChatRef, Outbound, Platform, SendError, SentId};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::metrics::Metrics;
+
 /// One connected platform.
 #[derive(Debug, Clone)]
 pub(crate) struct Link {
     pub(crate) outbound: mpsc::Sender<Outbound>,
     pub(crate) caps: Capabilities,
+    pub(crate) metrics: Metrics,
 }
 
 impl Link {
@@ -24,13 +27,20 @@ impl Link {
         let (done, result) = oneshot::channel();
         let request = Outbound::Send { chat: chat.clone(), text, reply_to, done: Some(done) };
         self.outbound.send(request).await.map_err(|_| SendError::Stopped)?;
-        result.await.unwrap_or(Err(SendError::Stopped))
+        let sent = result.await.unwrap_or(Err(SendError::Stopped));
+        if sent.is_ok() {
+            self.metrics.sent(chat.platform);
+        }
+        sent
     }
 
-    /// Sends a reply without waiting for it (pairing notices, command answers).
+    /// Sends a reply without waiting for it (pairing notices, command answers); it counts as
+    /// sent once queued.
     pub(crate) async fn notify(&self, chat: &ChatRef, text: String) {
         let request = Outbound::Send { chat: chat.clone(), text, reply_to: None, done: None };
-        let _ = self.outbound.send(request).await;
+        if self.outbound.send(request).await.is_ok() {
+            self.metrics.sent(chat.platform);
+        }
     }
 
     /// Shows the typing indicator, if the platform has one; never waits for a full queue.

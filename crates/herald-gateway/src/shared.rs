@@ -1,5 +1,5 @@
 //! What every session worker shares: the store, the model, the tools, the settings, the
-//! platform links and the global run limit.
+//! platform links, the global run limit and the metrics.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,6 +11,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::link::Link;
+use crate::metrics::Metrics;
 use crate::settings::GatewaySettings;
 
 /// Shared by the router and every worker.
@@ -25,4 +26,6 @@ pub(crate) struct Shared<P> {
     pub(crate) runs: Arc<Semaphore>,
     /// Cancelled when the drain time is over: running turns stop at their next boundary.
     pub(crate) stop_turns: CancellationToken,
+    /// What `/metrics` reports.
+    pub(crate) metrics: Metrics,
 }

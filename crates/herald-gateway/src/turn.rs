@@ -2,7 +2,7 @@
 //! in one transaction, then the reply delivered.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use herald_agent::{Agent, Message, Provider, ProviderError, ToolContext, TurnError};
 use herald_core::{ChatRef, UserRef};
@@ -51,10 +51,15 @@ pub(crate) async fn run<P: Provider>(shared: Arc<Shared<P>>, job: TurnJob) -> Tu
         () = job.cancel.cancelled() => return TurnEnd::Cancelled,
     };
     let Ok(_permit) = permit else { return TurnEnd::Cancelled };
+    let _running = shared.metrics.turn_running();
     let typing = typing(&shared, &job.chat);
     let _stop_typing = typing.clone().drop_guard();
+    let began = Instant::now();
     let outcome = think(&shared, &job).await;
     typing.cancel();
+    if !matches!(outcome, Err(Failure::Cancelled)) {
+        shared.metrics.run_ended(began.elapsed(), outcome.is_err());
+    }
     match outcome {
         Ok(reply) => {
             deliver(&shared, &job, reply).await;

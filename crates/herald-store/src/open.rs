@@ -130,6 +130,12 @@ impl Store {
         self.inner.busy_retries.load(Ordering::Relaxed)
     }
 
+    /// A cheap check that the database still answers (`SELECT 1` on a pooled connection).
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.inner.pool).await?;
+        Ok(())
+    }
+
     /// The newest migration this binary carries.
     pub fn known_schema_version() -> i64 {
         MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0)

@@ -7,6 +7,7 @@ pub mod chat;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod daemon;
 pub mod logging;
 pub mod output;
 pub mod wiring;

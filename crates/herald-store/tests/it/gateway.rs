@@ -1,13 +1,16 @@
 use std::collections::HashSet;
 
 use herald_core::{ChatKind, ChatRef, Platform, Role, UserRef};
-use herald_store::{Appended, NewMessage, NewSession, QueuedInbound, SearchQuery, Session, Store, StoreError};
+use herald_store::{
+    Appended, NewMessage, NewSession, QueuedInbound, SearchQuery, Session, Store, StoreError,
+};
 
 use crate::{fresh, open, session_for, turn};
 
 /// The session a chat key is routed to, created when there is none.
 async fn routed(store: &Store, key: &str) -> Session {
-    let new = NewSession { session_key: Some(key.to_owned()), ..session_for(Platform::Telegram, key) };
+    let new =
+        NewSession { session_key: Some(key.to_owned()), ..session_for(Platform::Telegram, key) };
     store.route_or_create(key, &new).await.unwrap().0
 }
 
@@ -117,7 +120,10 @@ async fn a_redelivered_message_is_queued_once() {
     let queued = store.queued_inbound().await.unwrap();
     let ids: Vec<(Platform, &str)> =
         queued.iter().map(|q| (q.chat.platform, q.message_id.as_str())).collect();
-    assert_eq!(ids, [(Platform::Telegram, "1"), (Platform::Telegram, "3"), (Platform::Discord, "1")]);
+    assert_eq!(
+        ids,
+        [(Platform::Telegram, "1"), (Platform::Telegram, "3"), (Platform::Discord, "1")]
+    );
     assert_eq!(store.history(&s.id).await.unwrap().len(), 1);
 }
 
@@ -193,7 +199,13 @@ async fn only_open_routed_sessions_waiting_for_an_answer_are_unanswered() {
     let listed = store.unanswered_sessions().await.unwrap();
     check(
         &listed,
-        &[(&waiting, true), (&answered, false), (&ended, false), (&unrouted, false), (&empty, false)],
+        &[
+            (&waiting, true),
+            (&answered, false),
+            (&ended, false),
+            (&unrouted, false),
+            (&empty, false),
+        ],
     );
 
     store.append_messages(&waiting.id, vec![NewMessage::assistant("yes")]).await.unwrap();

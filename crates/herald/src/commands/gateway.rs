@@ -1,18 +1,28 @@
 //! `herald gateway`: the daemon. Every configured platform is started; one that cannot start
-//! is reported and the others keep running.
+//! is reported and the others keep running. Around the gateway run the service parts of
+//! [`crate::daemon`]: systemd notifications and watchdog, `/healthz` and `/metrics`, and the
+//! reload on SIGHUP.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
 use herald_core::Platform;
-use herald_gateway::{Access, BusyInput, DmPolicy, Gateway, GatewaySettings, history};
+use herald_gateway::{Access, BusyInput, DmPolicy, Gateway, GatewaySettings, Reloadable, history};
 use herald_store::Store;
 use herald_telegram::{TelegramAdapter, TelegramSettings};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
 use crate::config::{self, Config, ConfigError, DmPolicy as ConfigDmPolicy, Loaded};
+use crate::daemon::health::{self, HealthState};
+use crate::daemon::notify::{self, Notifier};
+use crate::daemon::reload;
+use crate::daemon::watchdog::{self, Phases, Probe};
 use crate::wiring;
 
 /// Runs the gateway until SIGTERM or SIGINT.
@@ -35,11 +45,17 @@ pub async fn serve(
         )
         .into());
     }
+    // SIGHUP's default action ends the process: take it over before anything can take long.
+    let hangups = signal(SignalKind::hangup()).context("could not listen for SIGHUP")?;
     let provider = wiring::provider(config)?;
     let settings = settings(config)?;
+    let health_listener = match config.gateway.health_listen {
+        Some(addr) => Some(health::bind(addr).await?),
+        None => None,
+    };
     let store = Store::open(config.store_options()).await?;
     let tools = history::tools(&store);
-    let mut gateway = Gateway::new(store, provider, tools, settings);
+    let mut gateway = Gateway::new(store.clone(), provider, tools, settings.clone());
     let mut started = Vec::new();
     if let Some(telegram) = &config.telegram {
         match config::resolve(&telegram.token_env) {
@@ -68,15 +84,49 @@ pub async fn serve(
         anyhow::bail!("no platform could start; see the errors above");
     }
     info!(platforms = ?started, store = %config.store.path.display(), "gateway starting");
-    gateway.run(shutdown).await.context("the gateway stopped with an error")?;
+
+    let phases = Phases { stopping: CancellationToken::new(), stopped: CancellationToken::new() };
+    let tasks = TaskTracker::new();
+    let probe = Probe {
+        started: gateway.started(),
+        heartbeat: gateway.heartbeat(),
+        states: gateway.states(),
+        metrics: gateway.metrics(),
+    };
+    if let Some(listener) = health_listener {
+        let state =
+            HealthState { states: probe.states.clone(), metrics: probe.metrics.clone(), store };
+        tasks.spawn(health::serve(listener, state, phases.stopped.clone()));
+    }
+    let notifier = Notifier::from_env();
+    tasks.spawn(watchdog::supervise(notifier, probe, notify::watchdog_from_env(), phases.clone()));
+    tasks.spawn(reload::on_sighup(
+        hangups,
+        loaded.path.clone(),
+        config.clone(),
+        settings,
+        phases.stopping.clone(),
+    ));
+
+    let stopping = phases.stopping.clone();
+    let result = gateway
+        .run(async move {
+            shutdown.await;
+            stopping.cancel();
+        })
+        .await;
+    phases.stopped.cancel();
+    tasks.close();
+    tasks.wait().await;
+    result.context("the gateway stopped with an error")?;
     Ok(ExitCode::SUCCESS)
 }
 
 /// The gateway's settings from `[gateway]`, `[model]`, `[agent]` and the platform sections.
 pub fn settings(config: &Config) -> anyhow::Result<GatewaySettings> {
-    let persona = config.agent.persona_text().context("could not read agent.persona_file")?;
+    let live = reloadable(config)?;
     let gateway = &config.gateway;
-    let mut settings = GatewaySettings {
+    let settings = GatewaySettings {
         max_concurrent_runs: usize::try_from(gateway.max_concurrent_runs).unwrap_or(usize::MAX),
         busy_input: match gateway.busy_input {
             config::BusyInput::Queue => BusyInput::Queue,
@@ -85,15 +135,23 @@ pub fn settings(config: &Config) -> anyhow::Result<GatewaySettings> {
         group_sessions_per_user: gateway.group_sessions_per_user,
         drain_timeout: Duration::from_secs(gateway.drain_timeout_s),
         max_iterations: config.model.max_iterations,
-        ..GatewaySettings::new(persona, config.model.model.clone())
+        ..GatewaySettings::new(String::new(), config.model.model.clone())
     };
+    settings.update(|current| *current = live);
+    Ok(settings)
+}
+
+/// What a reload may change, from `[agent]` and the platform sections of this build.
+pub fn reloadable(config: &Config) -> anyhow::Result<Reloadable> {
+    let persona = config.agent.persona_text().context("could not read agent.persona_file")?;
+    let mut access = HashMap::new();
     if let Some(t) = &config.telegram {
-        settings = settings.with_access(
+        access.insert(
             Platform::Telegram,
-            access(&t.allowed_users, t.dm_policy, t.require_mention),
+            self::access(&t.allowed_users, t.dm_policy, t.require_mention),
         );
     }
-    Ok(settings)
+    Ok(Reloadable { persona, access })
 }
 
 fn access(allowed: &[String], dm_policy: ConfigDmPolicy, require_mention: bool) -> Access {
@@ -110,7 +168,6 @@ fn access(allowed: &[String], dm_policy: ConfigDmPolicy, require_mention: bool) 
 
 /// Resolves on the first SIGTERM or SIGINT.
 fn shutdown_signal() -> anyhow::Result<impl Future<Output = ()>> {
-    use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).context("could not listen for SIGTERM")?;
     let mut int = signal(SignalKind::interrupt()).context("could not listen for SIGINT")?;
     Ok(async move {

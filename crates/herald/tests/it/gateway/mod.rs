@@ -3,6 +3,9 @@
 
 mod auth;
 mod conversation;
+mod health;
+mod notify;
+mod reload;
 mod restart;
 
 use std::process::{Child, Command, Stdio};
@@ -24,11 +27,18 @@ pub struct Daemon {
     pub model: FakeModel,
     child: Option<Child>,
     log: std::path::PathBuf,
+    /// Extra environment variables for the gateway process.
+    env: Vec<(String, String)>,
 }
 
 impl Daemon {
     /// Fakes started and a gateway running on a fresh store; `extra` goes into `[gateway]`.
     pub async fn start(extra_gateway: &str) -> Daemon {
+        Daemon::start_with_env(extra_gateway, &[]).await
+    }
+
+    /// Like [`Daemon::start`], with extra environment variables for the gateway process.
+    pub async fn start_with_env(extra_gateway: &str, env: &[(&str, &str)]) -> Daemon {
         let telegram = FakeTelegram::start().await;
         let model = FakeModel::start().await;
         let allowed: Vec<String> = ALLOWED.iter().map(|id| format!("\"{id}\"")).collect();
@@ -43,7 +53,8 @@ impl Daemon {
         let mut world = World::with_config(&config);
         world.env("TELEGRAM_BOT_TOKEN", FakeTelegram::TOKEN);
         let log = world.dir().join("gateway.log");
-        let mut daemon = Daemon { world, telegram, model, child: None, log };
+        let env = env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
+        let mut daemon = Daemon { world, telegram, model, child: None, log, env };
         daemon.spawn().await;
         daemon
     }
@@ -60,6 +71,7 @@ impl Daemon {
             .env("HERALD_CONFIG", &self.world.config)
             .env("TELEGRAM_BOT_TOKEN", FakeTelegram::TOKEN)
             .env("RUST_LOG", "info")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log);
@@ -74,6 +86,36 @@ impl Daemon {
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
                 panic!("the gateway exited with {status}: {}", self.logs());
             }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The gateway process's id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("a running gateway").id()
+    }
+
+    /// Sends a signal (`HUP`, `TERM`) to the gateway process.
+    pub fn signal(&self, name: &str) {
+        let pid = self.pid().to_string();
+        let status = Command::new("kill").args([&format!("-{name}"), &pid]).status().expect("kill");
+        assert!(status.success(), "kill -{name} {pid} failed");
+    }
+
+    /// Whether the gateway process is still running.
+    pub fn is_running(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| c.try_wait().unwrap().is_none())
+    }
+
+    /// Waits until the gateway has logged `text` at least `n` times.
+    pub async fn wait_log(&self, text: &str, n: usize) {
+        let started = Instant::now();
+        while self.logs().matches(text).count() < n {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "the gateway never logged {text:?} {n} times: {}",
+                self.logs()
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }

@@ -1,0 +1,109 @@
+//! `gateway.health_listen`: `/healthz` follows the platform's connection, `/metrics` counts
+//! what the daemon did.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::Daemon;
+
+/// A port nobody listens on right now.
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+async fn get(url: &str) -> (u16, String, String) {
+    let response = reqwest::get(url).await.unwrap();
+    let status = response.status().as_u16();
+    let kind = response
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default();
+    (status, kind, response.text().await.unwrap())
+}
+
+/// Polls `/healthz` until `accept(code, body)` holds, and returns that body.
+async fn healthz_until(
+    d: &Daemon,
+    base: &str,
+    what: &str,
+    accept: impl Fn(u16, &Value) -> bool,
+) -> Value {
+    let started = Instant::now();
+    loop {
+        let (code, _, body) = get(&format!("{base}/healthz")).await;
+        let body: Value = serde_json::from_str(&body).unwrap();
+        if accept(code, &body) {
+            return body;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "/healthz never reported {what}: {code} {body}\n{}",
+            d.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The value of a sample line in Prometheus text.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn healthz_follows_the_platform_and_metrics_count_the_replies() {
+    let port = free_port();
+    let mut d = Daemon::start(&format!("health_listen = \"127.0.0.1:{port}\"")).await;
+    let base = format!("http://127.0.0.1:{port}");
+
+    let body = healthz_until(&d, &base, "ok", |code, _| code == 200).await;
+    assert_eq!(body["status"], "ok");
+    assert_eq!(body["platforms"]["telegram"]["state"], "connected");
+    assert_eq!(body["store"]["ok"], true);
+
+    d.telegram.dm(1001, "hello");
+    assert_eq!(d.replies(1001, 1).await[0].text, "echo: hello");
+    let (code, kind, text) = get(&format!("{base}/metrics")).await;
+    assert_eq!(code, 200);
+    assert!(kind.starts_with("text/plain; version=0.0.4"), "{kind}");
+    let sent = sample(&text, "herald_messages_sent_total{platform=\"telegram\"}");
+    assert!(sent >= Some(1.0), "{text}");
+    let received = sample(&text, "herald_messages_received_total{platform=\"telegram\"}");
+    assert!(received >= Some(1.0), "{text}");
+    assert!(sample(&text, "herald_agent_runs_total") >= Some(1.0), "{text}");
+    assert!(sample(&text, "herald_agent_run_seconds_count") >= Some(1.0), "{text}");
+    assert!(text.contains("# TYPE herald_agent_run_seconds histogram"), "{text}");
+    assert!(sample(&text, "herald_store_write_retries_total").is_some(), "{text}");
+
+    d.telegram.set_offline(true);
+    let body = healthz_until(&d, &base, "telegram down", |code, body| {
+        let state = &body["platforms"]["telegram"]["state"];
+        code == 503 && (state == "retrying" || state == "failed")
+    })
+    .await;
+    assert_eq!(body["status"], "degraded", "{body}");
+    assert!(body["platforms"]["telegram"]["error"].is_string(), "{body}");
+
+    d.telegram.set_offline(false);
+    let body = healthz_until(&d, &base, "ok again", |code, _| code == 200).await;
+    assert_eq!(body["platforms"]["telegram"]["state"], "connected");
+
+    let (code, _, _) = get(&format!("{base}/nothing-here")).await;
+    assert_eq!(code, 404);
+    assert_eq!(d.stop().await, 0, "{}", d.logs());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_taken_health_address_stops_the_daemon_at_startup() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let d = Daemon::start("").await;
+    let config = std::fs::read_to_string(&d.world.config).unwrap();
+    let config = config.replace("[gateway]\n", &format!("[gateway]\nhealth_listen = \"{addr}\"\n"));
+    std::fs::write(&d.world.config, config).unwrap();
+    let run = d.herald(&["gateway"]);
+    let line = run.fails(1);
+    assert!(line.contains("gateway.health_listen") && line.contains(&addr.to_string()), "{line}");
+}
