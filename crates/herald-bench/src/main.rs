@@ -48,6 +48,9 @@ enum Command {
     AgentOverhead(agent::AgentArgs),
     /// Chats through the fake Telegram Bot API, the real adapter and the gateway.
     Gateway(gateway::GatewayArgs),
+    /// The gateway process of `gateway` (spawned by it).
+    #[command(hide = true)]
+    GatewayDaemon(gateway::daemon::DaemonArgs),
     /// One process of a storm (spawned by `store-storm`).
     #[command(hide = true)]
     Worker(worker::WorkerArgs),
@@ -62,12 +65,17 @@ struct Outcome {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // Warnings (a platform retrying, a slow store) go to stderr; RUST_LOG shows more.
+    herald::logging::init(tracing::Level::WARN);
     let outcome = match Cli::parse().command {
         Command::StoreStorm(args) => storm::run(args).await,
         Command::StoreRaw(args) => raw::run(args).await,
         Command::Search(args) => search::run(args).await,
         Command::AgentOverhead(args) => agent::run(args).await,
         Command::Gateway(args) => gateway::run(args).await,
+        Command::GatewayDaemon(args) => {
+            gateway::daemon::run(args).await.map(|()| Outcome { line: String::new(), ok: true })
+        }
         Command::Worker(args) => {
             worker::run(args).await.map(|()| Outcome { line: String::new(), ok: true })
         }

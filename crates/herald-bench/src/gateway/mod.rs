@@ -1,20 +1,20 @@
 //! `gateway`: N chats sending M messages each through the fake Telegram Bot API, the real
 //! Telegram adapter (teloxide) and the real gateway, with a model that answers at once. Reports
 //! messages/s end to end, the latency from an update becoming available to its reply reaching
-//! the fake, and the process's peak RSS.
+//! the fake, and the gateway process's peak RSS.
+
+pub mod daemon;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use std::process::Stdio;
+
 use anyhow::Context;
-use herald_agent::{ChatRequest, Completion, Message, Provider, ProviderError};
-use herald_core::Platform;
 use herald_fakes::telegram::FakeTelegram;
-use herald_gateway::{Access, Gateway, GatewaySettings, history};
-use herald_store::{Store, StoreOptions};
-use herald_telegram::{TelegramAdapter, TelegramSettings};
 use serde::Serialize;
+use tokio::process::Command;
 
 use crate::Outcome;
 use crate::db::ScratchDb;
@@ -51,40 +51,30 @@ struct GatewayLine {
     peak_rss_mb: f64,
 }
 
-/// A model that answers every call at once with a short text.
-#[derive(Debug)]
-struct Instant0;
-
-impl Provider for Instant0 {
-    async fn complete(&self, request: ChatRequest<'_>) -> Result<Completion, ProviderError> {
-        let said = request.messages.last().map_or("", |m| m.content.as_str());
-        Ok(Completion { message: Message::assistant(format!("re {said}")), usage: None })
-    }
-}
+/// The first chat's user id (clear of the fake bot's own id).
+const FIRST_USER: i64 = 100_000;
+/// How long the run waits for a reply before it reports what is missing.
+const STALL: Duration = Duration::from_secs(30);
 
 /// Runs the scenario.
 pub async fn run(args: GatewayArgs) -> anyhow::Result<Outcome> {
     let scratch = ScratchDb::resolve(args.db.clone(), "gateway")?;
-    let store =
-        Store::open(StoreOptions::new(scratch.path())).await.context("opening the store")?;
     let fake = FakeTelegram::start().await;
-    let settings = GatewaySettings {
-        max_concurrent_runs: 64,
-        ..GatewaySettings::new("You are Herald.", "instant")
-    }
-    .with_access(
-        Platform::Telegram,
-        Access { allowed_users: vec!["*".into()], ..Access::default() },
-    );
-    let tools = history::tools(&store);
-    let mut gateway = Gateway::new(store.clone(), Instant0, tools, settings);
-    let mut telegram = TelegramSettings::new(FakeTelegram::TOKEN, fake.api_url());
-    telegram.poll_timeout = Duration::from_secs(5);
-    gateway.add_adapter(TelegramAdapter::new(telegram)).await?;
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let daemon = tokio::spawn(gateway.run(async {
-        let _ = stopped.await;
-    }));
+    let exe = std::env::current_exe().context("could not find this binary to spawn the gateway")?;
+    let mut daemon = Command::new(exe)
+        .arg("gateway-daemon")
+        .args(["--api-url", &fake.api_url()])
+        .arg("--db")
+        .arg(scratch.path())
+        .args(["--token", FakeTelegram::TOKEN])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .context("could not spawn the gateway process")?;
+    let stop = daemon.stdin.take().context("the gateway process has no stdin")?;
+    let pid = daemon.id().context("the gateway process has no pid")?;
     // Warm up: one message through, so connection set-up is not measured.
     fake.dm(1, "warm-up");
     let warm = fake.wait_sent(1, Duration::from_secs(30)).await;
@@ -111,7 +101,7 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<Outcome> {
                     }
                     let text = format!("c{c}m{m}");
                     at.insert(format!("re {text}"), Instant::now());
-                    fake.dm(1000 + i64::from(c), &text);
+                    fake.dm(FIRST_USER + i64::from(c), &text);
                 }
             }
             at
@@ -119,18 +109,31 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<Outcome> {
     };
     let mut seen = warm.len();
     let mut arrived: Vec<(String, Instant)> = Vec::with_capacity(total);
-    let deadline = Instant::now() + Duration::from_secs(300);
-    while arrived.len() < total && Instant::now() < deadline {
-        let new = fake.wait_sent_after(seen, Duration::from_secs(5)).await;
+    let mut last_progress = Instant::now();
+    while arrived.len() < total {
+        let new = fake.wait_sent_after(seen, Duration::from_secs(1)).await;
         let now = Instant::now();
+        if new.is_empty() && injector.is_finished() && now - last_progress > STALL {
+            eprintln!(
+                "herald-bench: no reply for {} s; {} of {total} answered",
+                STALL.as_secs(),
+                arrived.len()
+            );
+            break;
+        }
+        if !new.is_empty() {
+            last_progress = now;
+        }
         seen += new.len();
         arrived.extend(new.into_iter().map(|m| (m.text, now)));
     }
     let elapsed = started.elapsed().as_secs_f64();
     let injected = injector.await.context("the injector failed")?;
-    let _ = stop.send(());
-    // The gateway closes the store when it stops.
-    daemon.await.context("the gateway task failed")??;
+    // The high-water mark, read before the process goes.
+    let peak_rss = peak_rss_mb(pid);
+    drop(stop);
+    let status = daemon.wait().await.context("the gateway process was lost")?;
+    anyhow::ensure!(status.success(), "the gateway process exited with {status}");
 
     let latencies: Vec<f64> = arrived
         .iter()
@@ -150,14 +153,14 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<Outcome> {
         p50_ms: round(latencies.percentile(50.0), 2),
         p99_ms: round(latencies.percentile(99.0), 2),
         max_ms: round(latencies.percentile(100.0), 2),
-        peak_rss_mb: round(peak_rss_mb(), 1),
+        peak_rss_mb: round(peak_rss, 1),
     };
     Ok(Outcome { line: serde_json::to_string(&line)?, ok: answered == total })
 }
 
-/// The process's peak resident set size (VmHWM), in MiB; 0 where /proc is not available.
-fn peak_rss_mb() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+/// A process's peak resident set size (VmHWM), in MiB; 0 where /proc is not available.
+fn peak_rss_mb(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
         .find_map(|l| l.strip_prefix("VmHWM:"))

@@ -1,0 +1,61 @@
+//! The gateway under test, in its own process (spawned by `gateway`) so that its peak RSS is
+//! herald's alone, not the fake platform's: the real Telegram adapter and gateway over a store,
+//! with a model that answers at once, until its stdin closes.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use herald_agent::{ChatRequest, Completion, Message, Provider, ProviderError};
+use herald_core::Platform;
+use herald_gateway::{Access, Gateway, GatewaySettings, history};
+use herald_store::{Store, StoreOptions};
+use herald_telegram::{TelegramAdapter, TelegramSettings};
+use tokio::io::AsyncReadExt;
+
+/// Arguments of the hidden `gateway-daemon` command.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DaemonArgs {
+    /// The fake Bot API's root.
+    #[arg(long)]
+    pub api_url: String,
+    /// The database file.
+    #[arg(long)]
+    pub db: PathBuf,
+    /// The bot token the fake accepts.
+    #[arg(long)]
+    pub token: String,
+}
+
+/// A model that answers every call at once with a short text.
+#[derive(Debug)]
+struct Instant0;
+
+impl Provider for Instant0 {
+    async fn complete(&self, request: ChatRequest<'_>) -> Result<Completion, ProviderError> {
+        let said = request.messages.last().map_or("", |m| m.content.as_str());
+        Ok(Completion { message: Message::assistant(format!("re {said}")), usage: None })
+    }
+}
+
+/// Runs the gateway until stdin closes; the gateway's default settings, everyone allowed.
+pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
+    let store = Store::open(StoreOptions::new(&args.db)).await.context("opening the store")?;
+    let settings = GatewaySettings::new("You are Herald.", "instant").with_access(
+        Platform::Telegram,
+        Access { allowed_users: vec!["*".into()], ..Access::default() },
+    );
+    let tools = history::tools(&store);
+    let mut gateway = Gateway::new(store, Instant0, tools, settings);
+    let mut telegram = TelegramSettings::new(&args.token, &args.api_url);
+    telegram.poll_timeout = Duration::from_secs(5);
+    gateway.add_adapter(TelegramAdapter::new(telegram)).await?;
+    gateway
+        .run(async {
+            // The parent closes our stdin (or dies) when the run is over.
+            let mut sink = Vec::new();
+            let _ = tokio::io::stdin().read_to_end(&mut sink).await;
+        })
+        .await?;
+    Ok(())
+}
