@@ -17,6 +17,7 @@ use tracing::{info, warn};
 use crate::link::{Link, PlatformState, PlatformStates};
 use crate::liveness::{BEATS_WAITING, Beat, Heartbeat, Started};
 use crate::metrics::Metrics;
+use crate::cursors::Cursors;
 use crate::router::{CURSOR, Event, Router};
 use crate::settings::GatewaySettings;
 use crate::shared::Shared;
@@ -147,7 +148,8 @@ impl<P: Provider + 'static> Gateway<P> {
         });
         let stop_turns = shared.stop_turns.clone();
         let (idle_tx, mut idle_rx) = mpsc::channel(64);
-        let mut router = Router::new(shared, states, idle_tx);
+        let (cursors, cursor_saver) = Cursors::start(store.clone());
+        let mut router = Router::new(shared, states, cursors.clone(), idle_tx);
         router.recover().await;
         info!("gateway running");
         started.0.cancel();
@@ -181,14 +183,14 @@ impl<P: Provider + 'static> Gateway<P> {
         metrics.set_active_sessions(0);
         router.tracker.close();
         let workers = router.tracker.clone();
-        let finished = keep_cursors(&router, &mut events, &mut beats, workers.wait(), drain).await;
+        let finished = keep_cursors(&cursors, &mut events, &mut beats, workers.wait(), drain).await;
         if !finished {
             warn!(
                 "the drain time is over: stopping the turns still running (their messages are answered after the restart)"
             );
             stop_turns.cancel();
             let workers = workers.wait();
-            keep_cursors(&router, &mut events, &mut beats, workers, Duration::from_secs(5)).await;
+            keep_cursors(&cursors, &mut events, &mut beats, workers, Duration::from_secs(5)).await;
         }
         // The last senders of the adapters' outbound queues go with the router: adapters
         // deliver what is queued and return.
@@ -196,11 +198,16 @@ impl<P: Provider + 'static> Gateway<P> {
         drop(router);
         adapters.close();
         let flushed =
-            drain_events(&store, &mut events, &mut beats, adapters.wait(), ADAPTER_FLUSH).await;
+            keep_cursors(&cursors, &mut events, &mut beats, adapters.wait(), ADAPTER_FLUSH).await;
         if !flushed {
             warn!("a platform did not finish sending within {} s", ADAPTER_FLUSH.as_secs());
         }
         drop(states);
+        // The saver writes the last cursors once its last handle is gone.
+        drop(cursors);
+        if let Err(e) = cursor_saver.await {
+            warn!(error = %e, "the cursor saver failed; a restart may see some messages again");
+        }
         store.close().await;
         info!("gateway stopped");
         Ok(())
@@ -210,8 +217,8 @@ impl<P: Provider + 'static> Gateway<P> {
 /// Waits for `done` up to `limit` while still saving the cursors adapters report (and
 /// dropping new messages unsettled, so the platform delivers them again after the restart)
 /// and answering heartbeats: the drain is progress too.
-async fn keep_cursors<P: Provider + 'static>(
-    router: &Router<P>,
+async fn keep_cursors(
+    cursors: &Cursors,
     events: &mut mpsc::Receiver<(Platform, Event)>,
     beats: &mut mpsc::Receiver<Beat>,
     done: impl Future<Output = ()>,
@@ -228,35 +235,7 @@ async fn keep_cursors<P: Provider + 'static>(
             }
             Some((platform, event)) = events.recv() => {
                 if let Event::Adapter(AdapterEvent::Cursor(cursor)) = event {
-                    router.save_cursor(platform, &cursor).await;
-                }
-            }
-        }
-    }
-}
-
-/// Like [`keep_cursors`] once the router is gone.
-async fn drain_events(
-    store: &Store,
-    events: &mut mpsc::Receiver<(Platform, Event)>,
-    beats: &mut mpsc::Receiver<Beat>,
-    done: impl Future<Output = ()>,
-    limit: Duration,
-) -> bool {
-    let deadline = tokio::time::sleep(limit);
-    tokio::pin!(done, deadline);
-    loop {
-        tokio::select! {
-            () = &mut done => return true,
-            () = &mut deadline => return false,
-            Some(beat) = beats.recv() => {
-                let _ = beat.send(());
-            }
-            Some((platform, event)) = events.recv() => {
-                if let Event::Adapter(AdapterEvent::Cursor(cursor)) = event
-                    && let Err(e) = store.set_cursor(platform, CURSOR, &cursor).await
-                {
-                    warn!(%platform, error = %e, "could not save the platform cursor");
+                    cursors.save(platform, &cursor);
                 }
             }
         }

@@ -11,6 +11,7 @@
 
 mod auth;
 mod commands;
+mod cursors;
 mod gateway;
 pub mod history;
 mod link;

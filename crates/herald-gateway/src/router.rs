@@ -13,6 +13,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::auth::{self, Pairing, Verdict};
 use crate::commands::Command;
+use crate::cursors::Cursors;
 use crate::link::{PlatformState, PlatformStates};
 use crate::shared::Shared;
 use crate::worker::{Idle, Input, Worker};
@@ -42,6 +43,7 @@ pub(crate) struct Router<P> {
     pub(crate) workers: HashMap<SessionKey, WorkerHandle>,
     pub(crate) tracker: TaskTracker,
     pub(crate) states: PlatformStates,
+    pub(crate) cursors: Cursors,
     idle: mpsc::Sender<Idle>,
     pairing: Pairing,
 }
@@ -50,6 +52,7 @@ impl<P: Provider + 'static> Router<P> {
     pub(crate) fn new(
         shared: Arc<Shared<P>>,
         states: PlatformStates,
+        cursors: Cursors,
         idle: mpsc::Sender<Idle>,
     ) -> Self {
         Router {
@@ -57,6 +60,7 @@ impl<P: Provider + 'static> Router<P> {
             workers: HashMap::new(),
             tracker: TaskTracker::new(),
             states,
+            cursors,
             idle,
             pairing: Pairing::default(),
         }
@@ -93,9 +97,7 @@ impl<P: Provider + 'static> Router<P> {
     pub(crate) async fn on_event(&mut self, platform: Platform, event: Event) {
         match event {
             Event::Adapter(AdapterEvent::Inbound(inbound)) => self.on_inbound(inbound).await,
-            Event::Adapter(AdapterEvent::Cursor(cursor)) => {
-                self.save_cursor(platform, &cursor).await
-            }
+            Event::Adapter(AdapterEvent::Cursor(cursor)) => self.cursors.save(platform, &cursor),
             Event::Adapter(AdapterEvent::Connected { bot }) => {
                 info!(%platform, %bot, "platform connected");
                 self.states.set(platform, PlatformState::Connected { bot });
@@ -109,12 +111,6 @@ impl<P: Provider + 'static> Router<P> {
                 self.states.set(platform, PlatformState::Failed { error });
             }
             Event::Stopped(None) => info!(%platform, "platform stopped"),
-        }
-    }
-
-    pub(crate) async fn save_cursor(&self, platform: Platform, cursor: &str) {
-        if let Err(e) = self.shared.store.set_cursor(platform, CURSOR, cursor).await {
-            warn!(%platform, error = %e, "could not save the platform cursor; a restart may see some messages again (they are deduplicated)");
         }
     }
 

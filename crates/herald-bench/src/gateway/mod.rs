@@ -141,6 +141,15 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<Outcome> {
             injected.get(text).map(|at| when.duration_since(*at).as_secs_f64() * 1000.0)
         })
         .collect();
+    if std::env::var_os("HERALD_BENCH_TRACE").is_some() {
+        // HERALD_BENCH_TRACE: replies in arrival order, 500 at a time, to see where in the run
+        // the slow ones are (the first round creates every session)
+        for (i, window) in latencies.chunks(500).enumerate() {
+            let mut w = window.to_vec();
+            w.sort_by(f64::total_cmp);
+            eprintln!("window {i}: p50 {:.1} max {:.1}", w[w.len() / 2], w[w.len() - 1]);
+        }
+    }
     let answered = latencies.len();
     let latencies = Latencies::from_ms(latencies);
     let line = GatewayLine {
