@@ -14,10 +14,10 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
+use crate::cursors::Cursors;
 use crate::link::{Link, PlatformState, PlatformStates};
 use crate::liveness::{BEATS_WAITING, Beat, Heartbeat, Started};
 use crate::metrics::Metrics;
-use crate::cursors::Cursors;
 use crate::router::{CURSOR, Event, Router};
 use crate::settings::GatewaySettings;
 use crate::shared::Shared;

@@ -1,6 +1,8 @@
 //! State the gateway keeps across restarts: platform cursors, the inbound queue of busy
 //! sessions, and what is left unanswered.
 
+use std::sync::Arc;
+
 use herald_core::{ChatKind, ChatRef, Platform, Role, UserRef};
 use sqlx::SqliteConnection;
 
@@ -88,20 +90,25 @@ impl Store {
         name: &str,
         value: &str,
     ) -> Result<(), StoreError> {
-        write_tx!(self, |conn| async {
-            sqlx::query(
-                "INSERT INTO platform_cursors (platform, name, value, updated_at)
-                 VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (platform, name) DO UPDATE SET value = ?3, updated_at = ?4",
-            )
-            .bind(platform.as_str())
-            .bind(name)
-            .bind(value)
-            .bind(now_ms())
-            .execute(&mut *conn)
-            .await?;
-            Ok::<_, StoreError>(())
+        let (name, value) = (name.to_owned(), value.to_owned());
+        self.grouped(move |conn| {
+            let (name, value) = (name.clone(), value.clone());
+            Box::pin(async move {
+                sqlx::query(
+                    "INSERT INTO platform_cursors (platform, name, value, updated_at)
+                     VALUES (?1, ?2, ?3, ?4)
+                     ON CONFLICT (platform, name) DO UPDATE SET value = ?3, updated_at = ?4",
+                )
+                .bind(platform.as_str())
+                .bind(name)
+                .bind(value)
+                .bind(now_ms())
+                .execute(&mut *conn)
+                .await?;
+                Ok(())
+            })
         })
+        .await
     }
 
     /// Queues an inbound message for a busy session and records its id for dedupe, in one
@@ -115,41 +122,19 @@ impl Store {
         user: &UserRef,
         content: &str,
     ) -> Result<Option<i64>, StoreError> {
-        write_tx!(self, |conn| async {
-            let now = now_ms();
-            let fresh = sqlx::query(
-                "INSERT INTO processed_inbound (platform, message_id, session_id, received_at)
-                 VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
-            )
-            .bind(chat.platform.as_str())
-            .bind(message_id)
-            .bind(session_id)
-            .bind(now)
-            .execute(&mut *conn)
-            .await?
-            .rows_affected();
-            if fresh == 0 {
-                return Ok::<_, StoreError>(None);
-            }
-            let seq = sqlx::query_scalar(
-                "INSERT INTO inbound_queue (platform, message_id, session_key, chat_id, thread_id,
-                                            chat_kind, user_id, user_name, content, received_at)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
-            )
-            .bind(chat.platform.as_str())
-            .bind(message_id)
-            .bind(session_key)
-            .bind(&chat.id)
-            .bind(&chat.thread)
-            .bind(chat.kind.as_str())
-            .bind(&user.id)
-            .bind(&user.name)
-            .bind(content)
-            .bind(now)
-            .fetch_one(&mut *conn)
-            .await?;
-            Ok(Some(seq))
+        let queued = Arc::new(ToQueue {
+            session_key: session_key.to_owned(),
+            session_id: session_id.to_owned(),
+            message_id: message_id.to_owned(),
+            chat: chat.clone(),
+            user: user.clone(),
+            content: content.to_owned(),
+        });
+        self.grouped(move |conn| {
+            let queued = Arc::clone(&queued);
+            Box::pin(async move { queue_in(conn, &queued).await })
         })
+        .await
     }
 
     /// Moves queued messages into a session's history, in one transaction, when its turn
@@ -159,35 +144,12 @@ impl Store {
         session_id: &str,
         seqs: &[i64],
     ) -> Result<Vec<i64>, StoreError> {
-        write_tx!(self, |conn| async {
-            let mut messages = Vec::with_capacity(seqs.len());
-            for seq in seqs {
-                let row: Option<(String, String)> = sqlx::query_as(
-                    "DELETE FROM inbound_queue WHERE seq = ? RETURNING message_id, content",
-                )
-                .bind(seq)
-                .fetch_optional(&mut *conn)
-                .await?;
-                if let Some((id, content)) = row {
-                    messages.push(NewMessage::user(content).with_platform_id(id));
-                }
-            }
-            if messages.is_empty() {
-                return Ok::<_, StoreError>(Vec::new());
-            }
-            let append = Append {
-                session_id: session_id.to_owned(),
-                messages,
-                dedupe: None,
-                usage: TokenUsage::default(),
-            };
-            let mut results = apply_batch(conn, &[&append]).await?;
-            match results.pop() {
-                Some(Ok(crate::Appended::Stored(ids))) => Ok(ids),
-                Some(Err(e)) => Err(e),
-                _ => Ok(Vec::new()),
-            }
+        let (session_id, seqs) = (Arc::<str>::from(session_id), Arc::<[i64]>::from(seqs));
+        self.grouped(move |conn| {
+            let (session_id, seqs) = (Arc::clone(&session_id), Arc::clone(&seqs));
+            Box::pin(async move { take_in(conn, &session_id, &seqs).await })
         })
+        .await
     }
 
     /// Every queued inbound message, in arrival order (what a restart must still answer).
@@ -286,4 +248,84 @@ async fn delete_from(
     .execute(&mut *conn)
     .await?;
     Ok(u64::try_from(messages).unwrap_or(0))
+}
+
+/// What [`Store::queue_inbound`] writes.
+#[derive(Debug)]
+struct ToQueue {
+    session_key: String,
+    session_id: String,
+    message_id: String,
+    chat: ChatRef,
+    user: UserRef,
+    content: String,
+}
+
+async fn queue_in(conn: &mut SqliteConnection, q: &ToQueue) -> Result<Option<i64>, StoreError> {
+    let now = now_ms();
+    let fresh = sqlx::query(
+        "INSERT INTO processed_inbound (platform, message_id, session_id, received_at)
+         VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+    )
+    .bind(q.chat.platform.as_str())
+    .bind(&q.message_id)
+    .bind(&q.session_id)
+    .bind(now)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    if fresh == 0 {
+        return Ok(None);
+    }
+    let seq = sqlx::query_scalar(
+        "INSERT INTO inbound_queue (platform, message_id, session_key, chat_id, thread_id,
+                                    chat_kind, user_id, user_name, content, received_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING seq",
+    )
+    .bind(q.chat.platform.as_str())
+    .bind(&q.message_id)
+    .bind(&q.session_key)
+    .bind(&q.chat.id)
+    .bind(&q.chat.thread)
+    .bind(q.chat.kind.as_str())
+    .bind(&q.user.id)
+    .bind(&q.user.name)
+    .bind(&q.content)
+    .bind(now)
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(Some(seq))
+}
+
+async fn take_in(
+    conn: &mut SqliteConnection,
+    session_id: &str,
+    seqs: &[i64],
+) -> Result<Vec<i64>, StoreError> {
+    let mut messages = Vec::with_capacity(seqs.len());
+    for seq in seqs {
+        let row: Option<(String, String)> =
+            sqlx::query_as("DELETE FROM inbound_queue WHERE seq = ? RETURNING message_id, content")
+                .bind(seq)
+                .fetch_optional(&mut *conn)
+                .await?;
+        if let Some((id, content)) = row {
+            messages.push(NewMessage::user(content).with_platform_id(id));
+        }
+    }
+    if messages.is_empty() {
+        return Ok(Vec::new());
+    }
+    let append = Append {
+        session_id: session_id.to_owned(),
+        messages,
+        dedupe: None,
+        usage: TokenUsage::default(),
+    };
+    let mut results = apply_batch(conn, &[&append]).await?;
+    match results.pop() {
+        Some(Ok(crate::Appended::Stored(ids))) => Ok(ids),
+        Some(Err(e)) => Err(e),
+        _ => Ok(Vec::new()),
+    }
 }

@@ -2,11 +2,13 @@
 //!
 //! One [`Store`] over a sqlx SQLite pool in WAL mode. Writes are serialized inside the process,
 //! run as `BEGIN IMMEDIATE` transactions and retried whole, with randomized backoff, when another
-//! process holds the database; appends from many concurrent chats are committed together (group
-//! commit) so a busy gateway pays for one commit, not one per chat. Depends only on herald-core.
+//! process holds the database; the gateway's writes from many concurrent chats (appends, new
+//! routes, queued messages, cursors) are committed together (group commit) so a busy gateway
+//! pays for one commit, not one per chat. Depends only on herald-core.
 
 mod error;
 mod gateway;
+mod group;
 mod index;
 mod messages;
 mod open;

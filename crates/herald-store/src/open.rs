@@ -11,8 +11,9 @@ use sqlx::{Connection, SqliteConnection};
 use tracing::{debug, warn};
 
 use crate::error::StoreError;
+use crate::group::WriteQueue;
 use crate::index::Indexer;
-use crate::write::{AppendQueue, ProcessLock};
+use crate::write::ProcessLock;
 
 /// The migrations of top-level `migrations/`, embedded at build time.
 pub(crate) static MIGRATOR: Migrator = sqlx::migrate!("../../migrations");
@@ -57,7 +58,7 @@ pub(crate) struct Inner {
     /// One writer at a time inside this process, so tasks queue fairly here instead of
     /// sleeping in SQLite's busy handler against each other.
     pub(crate) write_lock: tokio::sync::Mutex<()>,
-    pub(crate) appends: AppendQueue,
+    pub(crate) writes: WriteQueue,
     pub(crate) busy_retries: AtomicU64,
     pub(crate) indexer: Indexer,
     /// Serializes writers across herald processes (see [`ProcessLock`]).
@@ -107,7 +108,7 @@ impl Store {
                 wal,
                 write_patience: options.write_patience,
                 write_lock: tokio::sync::Mutex::new(()),
-                appends: AppendQueue::default(),
+                writes: WriteQueue::default(),
                 busy_retries: AtomicU64::new(0),
                 indexer: Indexer::default(),
                 process_lock,

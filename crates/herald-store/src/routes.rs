@@ -1,5 +1,7 @@
 //! Routes: which session a chat's key currently talks to.
 
+use std::sync::Arc;
+
 use sqlx::SqliteConnection;
 
 use crate::error::StoreError;
@@ -32,21 +34,26 @@ impl Store {
         if let Some(session) = self.routed_session(key).await? {
             return Ok((session, false));
         }
-        write_tx!(self, |conn| async {
-            // Checked again under the write lock: another process may have routed it.
-            let current: Option<String> =
-                sqlx::query_scalar("SELECT session_id FROM routes WHERE session_key = ?")
-                    .bind(key)
-                    .fetch_optional(&mut *conn)
-                    .await?;
-            if let Some(id) = current {
-                let session = fetch_session(conn, &id).await?;
-                return Ok::<_, StoreError>((session, false));
-            }
-            let session = insert_session(conn, new).await?;
-            upsert_route(conn, key, &session.id).await?;
-            Ok((session, true))
+        let (key, new) = (Arc::<str>::from(key), Arc::new(new.clone()));
+        self.grouped(move |conn| {
+            let (key, new) = (Arc::clone(&key), Arc::clone(&new));
+            Box::pin(async move {
+                // Checked again under the write lock: another process may have routed it.
+                let current: Option<String> =
+                    sqlx::query_scalar("SELECT session_id FROM routes WHERE session_key = ?")
+                        .bind(&*key)
+                        .fetch_optional(&mut *conn)
+                        .await?;
+                if let Some(id) = current {
+                    let session = fetch_session(conn, &id).await?;
+                    return Ok((session, false));
+                }
+                let session = insert_session(conn, &new).await?;
+                upsert_route(conn, &key, &session.id).await?;
+                Ok((session, true))
+            })
         })
+        .await
     }
 
     /// Starts a fresh session for a key: ends the one it was routed to with `end_reason`,

@@ -1,5 +1,5 @@
 //! The write path: one writer per process, `BEGIN IMMEDIATE`, whole-transaction retry, and
-//! group commit for appends.
+//! the lock that orders herald's processes (group commit is in `group.rs`).
 
 use std::fs::File;
 use std::path::Path;
@@ -7,11 +7,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::oneshot;
-use tracing::{debug, warn};
+use tracing::warn;
 
 use crate::error::StoreError;
-use crate::messages::{self, Append, Appended};
 use crate::open::Store;
 
 /// Runs `$body` (an expression awaiting on `$conn: &mut SqliteConnection`) in a
@@ -171,124 +169,5 @@ impl ProcessLock {
             return Err(backoff.busy());
         }
         Ok(ProcessLockGuard(state.locked.then(|| Arc::clone(file))))
-    }
-}
-
-/// Appends waiting to be committed together.
-#[derive(Debug, Default)]
-pub(crate) struct AppendQueue {
-    pending: Mutex<Vec<Pending>>,
-}
-
-#[derive(Debug)]
-struct Pending {
-    append: Append,
-    reply: oneshot::Sender<Result<Appended, StoreError>>,
-}
-
-impl Store {
-    /// Queues an append and waits until it is committed.
-    ///
-    /// Whoever finds the queue empty spawns a flusher; the flusher waits for the write lock,
-    /// and takes everything queued by then. While one batch commits, the next one gathers, so
-    /// a hundred chats writing at once cost a couple of commits, and each caller still returns
-    /// only once its own messages are durable. The flusher is a task of its own, so a caller
-    /// that gives up waiting cannot abort the batch of others.
-    pub(crate) async fn append(&self, append: Append) -> Result<Appended, StoreError> {
-        let (reply, done) = oneshot::channel();
-        let first = {
-            let mut pending = self.inner.appends.pending.lock().unwrap_or_else(|p| p.into_inner());
-            pending.push(Pending { append, reply });
-            pending.len() == 1
-        };
-        if first {
-            let store = self.clone();
-            tokio::spawn(async move { store.flush_appends().await });
-        }
-        done.await.map_err(|_| StoreError::WriterGone)?
-    }
-
-    async fn flush_appends(&self) {
-        let _turn = self.inner.write_lock.lock().await;
-        let batch = std::mem::take(
-            &mut *self.inner.appends.pending.lock().unwrap_or_else(|p| p.into_inner()),
-        );
-        if batch.is_empty() {
-            return;
-        }
-        let mut backoff = Backoff::start(self);
-        let held = match self.inner.process_lock.acquire(&backoff).await {
-            Ok(held) => held,
-            Err(e) => {
-                for pending in batch {
-                    let _ = pending.reply.send(Err(e.duplicate()));
-                }
-                return;
-            }
-        };
-        let outcome = loop {
-            let attempt: Result<Vec<Result<Appended, StoreError>>, StoreError> = async {
-                let mut tx = self.inner.pool.begin_with("BEGIN IMMEDIATE").await?;
-                let appends: Vec<&Append> = batch.iter().map(|p| &p.append).collect();
-                let results = match messages::apply_batch(&mut tx, &appends).await {
-                    Ok(results) => results,
-                    Err(e) if e.is_retryable() => return Err(e),
-                    // Something in the batch broke a constraint: apply each append alone,
-                    // so only the one at fault fails.
-                    Err(e) => {
-                        debug!(error = %e, appends = appends.len(), "batch refused; applying appends one by one");
-                        let mut results = Vec::with_capacity(appends.len());
-                        for append in &appends {
-                            sqlx::query("SAVEPOINT append").execute(&mut *tx).await?;
-                            match messages::apply_batch(&mut tx, &[append]).await {
-                                Ok(mut one) => {
-                                    sqlx::query("RELEASE append").execute(&mut *tx).await?;
-                                    results.push(one.pop().unwrap_or(Err(StoreError::WriterGone)));
-                                }
-                                Err(e) if e.is_retryable() => return Err(e),
-                                Err(e) => {
-                                    sqlx::query("ROLLBACK TO append").execute(&mut *tx).await?;
-                                    sqlx::query("RELEASE append").execute(&mut *tx).await?;
-                                    results.push(Err(e));
-                                }
-                            }
-                        }
-                        results
-                    }
-                };
-                tx.commit().await?;
-                Ok(results)
-            }
-            .await;
-            match attempt {
-                Err(e) if e.is_retryable() => {
-                    if let Err(gave_up) = backoff.wait().await {
-                        break Err(gave_up);
-                    }
-                }
-                done => break done,
-            }
-        };
-        drop(held);
-        match outcome {
-            Ok(results) => {
-                let stored = results
-                    .iter()
-                    .map(|r| match r {
-                        Ok(Appended::Stored(ids)) => ids.len() as u64,
-                        _ => 0,
-                    })
-                    .sum();
-                self.schedule_indexing(stored);
-                for (pending, result) in batch.into_iter().zip(results) {
-                    let _ = pending.reply.send(result);
-                }
-            }
-            Err(e) => {
-                for pending in batch {
-                    let _ = pending.reply.send(Err(e.duplicate()));
-                }
-            }
-        }
     }
 }

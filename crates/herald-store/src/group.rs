@@ -1,0 +1,299 @@
+//! Group commit: the writes of many chats committed in one transaction.
+//!
+//! Whoever finds the queue empty spawns a flusher; the flusher waits for the write lock and
+//! takes everything queued by then. While one batch commits, the next one gathers, so a
+//! hundred chats writing at once cost a couple of commits, and each caller still returns only
+//! once its own write is durable. The flusher is a task of its own, so a caller that gives up
+//! waiting cannot abort the batch of others.
+//!
+//! Two kinds of writes share a batch: appends of messages, applied together with a handful of
+//! multi-row statements, and [`Job`]s, any other write of the gateway's hot path (routing a
+//! new chat, queueing a message for a busy session, a platform cursor), each in a savepoint of
+//! its own so that one failing job undoes only itself. Writes that depend on one another never
+//! meet in a batch: a caller learns the result of one only after it committed.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Mutex;
+
+use sqlx::SqliteConnection;
+use tokio::sync::oneshot;
+use tracing::debug;
+
+use crate::error::StoreError;
+use crate::messages::{self, Append, Appended};
+use crate::open::Store;
+use crate::write::Backoff;
+
+/// A job's future, borrowing the batch's connection.
+pub(crate) type JobFuture<'c, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'c>>;
+
+/// Writes waiting to be committed together.
+#[derive(Debug, Default)]
+pub(crate) struct WriteQueue {
+    pending: Mutex<Vec<Pending>>,
+}
+
+enum Pending {
+    Append { append: Append, reply: oneshot::Sender<Result<Appended, StoreError>> },
+    Job(Box<dyn Job>),
+}
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Pending::Append { append, .. } => f.debug_tuple("Append").field(append).finish(),
+            Pending::Job(_) => f.write_str("Job"),
+        }
+    }
+}
+
+/// A write of the batch other than an append.
+trait Job: Send {
+    /// Runs inside the batch's transaction; again from the start when the batch is retried.
+    /// Only an error that makes the whole batch retry is returned; the job's own outcome is
+    /// kept for [`Job::finish`].
+    fn run<'c>(&'c mut self, conn: &'c mut SqliteConnection) -> JobFuture<'c, ()>;
+    /// Whether the last run failed (its savepoint is rolled back).
+    fn failed(&self) -> bool;
+    /// Hands the outcome to the caller once the batch is over.
+    fn finish(self: Box<Self>, batch: Result<(), StoreError>);
+}
+
+struct Typed<T, F> {
+    op: F,
+    outcome: Option<Result<T, StoreError>>,
+    reply: oneshot::Sender<Result<T, StoreError>>,
+}
+
+impl<T, F> Job for Typed<T, F>
+where
+    T: Send,
+    F: for<'c> Fn(&'c mut SqliteConnection) -> JobFuture<'c, T> + Send,
+{
+    fn run<'c>(&'c mut self, conn: &'c mut SqliteConnection) -> JobFuture<'c, ()> {
+        Box::pin(async move {
+            self.outcome = None;
+            match (self.op)(conn).await {
+                Err(e) if e.is_retryable() => Err(e),
+                outcome => {
+                    self.outcome = Some(outcome);
+                    Ok(())
+                }
+            }
+        })
+    }
+
+    fn failed(&self) -> bool {
+        matches!(self.outcome, Some(Err(_)))
+    }
+
+    fn finish(self: Box<Self>, batch: Result<(), StoreError>) {
+        let outcome = match batch {
+            Ok(()) => self.outcome.unwrap_or(Err(StoreError::WriterGone)),
+            Err(e) => Err(e),
+        };
+        let _ = self.reply.send(outcome);
+    }
+}
+
+impl Store {
+    /// Queues an append and waits until it is committed.
+    pub(crate) async fn append(&self, append: Append) -> Result<Appended, StoreError> {
+        let (reply, done) = oneshot::channel();
+        self.enqueue(Pending::Append { append, reply });
+        done.await.map_err(|_| StoreError::WriterGone)?
+    }
+
+    /// Runs `op` in the next group commit and waits until it is committed. `op` may run more
+    /// than once (a batch that met a lock is retried from the start), so it takes what it
+    /// needs by clone; a failing `op` undoes only its own statements.
+    pub(crate) async fn grouped<T, F>(&self, op: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: for<'c> Fn(&'c mut SqliteConnection) -> JobFuture<'c, T> + Send + 'static,
+    {
+        let (reply, done) = oneshot::channel();
+        self.enqueue(Pending::Job(Box::new(Typed { op, outcome: None, reply })));
+        done.await.map_err(|_| StoreError::WriterGone)?
+    }
+
+    fn enqueue(&self, write: Pending) {
+        let first = {
+            let mut pending = self.inner.writes.pending.lock().unwrap_or_else(|p| p.into_inner());
+            pending.push(write);
+            pending.len() == 1
+        };
+        if first {
+            let store = self.clone();
+            tokio::spawn(async move { store.flush().await });
+        }
+    }
+
+    async fn flush(&self) {
+        let _turn = self.inner.write_lock.lock().await;
+        let batch = std::mem::take(
+            &mut *self.inner.writes.pending.lock().unwrap_or_else(|p| p.into_inner()),
+        );
+        if batch.is_empty() {
+            return;
+        }
+        let mut appends = Vec::new();
+        let mut jobs = Vec::new();
+        for write in batch {
+            match write {
+                Pending::Append { append, reply } => appends.push((append, reply)),
+                Pending::Job(job) => jobs.push(job),
+            }
+        }
+        let mut backoff = Backoff::start(self);
+        let held = match self.inner.process_lock.acquire(&backoff).await {
+            Ok(held) => held,
+            Err(e) => return fail_all(appends, jobs, &e),
+        };
+        let outcome = loop {
+            let attempt = self.commit_batch(&appends, &mut jobs).await;
+            match attempt {
+                Err(e) if e.is_retryable() => {
+                    if let Err(gave_up) = backoff.wait().await {
+                        break Err(gave_up);
+                    }
+                }
+                done => break done,
+            }
+        };
+        drop(held);
+        match outcome {
+            Ok(results) => {
+                let stored = results
+                    .iter()
+                    .map(|r| match r {
+                        Ok(Appended::Stored(ids)) => ids.len() as u64,
+                        _ => 0,
+                    })
+                    .sum();
+                self.schedule_indexing(stored);
+                for ((_, reply), result) in appends.into_iter().zip(results) {
+                    let _ = reply.send(result);
+                }
+                for job in jobs {
+                    job.finish(Ok(()));
+                }
+            }
+            Err(e) => fail_all(appends, jobs, &e),
+        }
+    }
+
+    /// One attempt at the whole batch: the jobs, each in its savepoint, then the appends.
+    async fn commit_batch(
+        &self,
+        appends: &[(Append, oneshot::Sender<Result<Appended, StoreError>>)],
+        jobs: &mut [Box<dyn Job>],
+    ) -> Result<Vec<Result<Appended, StoreError>>, StoreError> {
+        let mut tx = self.inner.pool.begin_with("BEGIN IMMEDIATE").await?;
+        for job in jobs.iter_mut() {
+            sqlx::query("SAVEPOINT job").execute(&mut *tx).await?;
+            job.run(&mut tx).await?;
+            if job.failed() {
+                sqlx::query("ROLLBACK TO job").execute(&mut *tx).await?;
+            }
+            sqlx::query("RELEASE job").execute(&mut *tx).await?;
+        }
+        let batch: Vec<&Append> = appends.iter().map(|(a, _)| a).collect();
+        let results = if batch.is_empty() {
+            Vec::new()
+        } else {
+            match messages::apply_batch(&mut tx, &batch).await {
+                Ok(results) => results,
+                Err(e) if e.is_retryable() => return Err(e),
+                // Something in the batch broke a constraint: apply each append alone, so
+                // only the one at fault fails.
+                Err(e) => {
+                    debug!(error = %e, appends = batch.len(), "batch refused; applying appends one by one");
+                    let mut results = Vec::with_capacity(batch.len());
+                    for append in &batch {
+                        sqlx::query("SAVEPOINT append").execute(&mut *tx).await?;
+                        match messages::apply_batch(&mut tx, &[append]).await {
+                            Ok(mut one) => {
+                                sqlx::query("RELEASE append").execute(&mut *tx).await?;
+                                results.push(one.pop().unwrap_or(Err(StoreError::WriterGone)));
+                            }
+                            Err(e) if e.is_retryable() => return Err(e),
+                            Err(e) => {
+                                sqlx::query("ROLLBACK TO append").execute(&mut *tx).await?;
+                                sqlx::query("RELEASE append").execute(&mut *tx).await?;
+                                results.push(Err(e));
+                            }
+                        }
+                    }
+                    results
+                }
+            }
+        };
+        tx.commit().await?;
+        Ok(results)
+    }
+}
+
+fn fail_all(
+    appends: Vec<(Append, oneshot::Sender<Result<Appended, StoreError>>)>,
+    jobs: Vec<Box<dyn Job>>,
+    e: &StoreError,
+) {
+    for (_, reply) in appends {
+        let _ = reply.send(Err(e.duplicate()));
+    }
+    for job in jobs {
+        job.finish(Err(e.duplicate()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use herald_core::Platform;
+
+    use super::*;
+    use crate::StoreOptions;
+
+    #[tokio::test]
+    async fn a_failing_job_undoes_only_itself_in_a_shared_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(StoreOptions::new(dir.path().join("state.db"))).await.unwrap();
+        // Holding the write lock makes both writes wait for the same batch.
+        let lock = store.inner.write_lock.lock().await;
+        let failing = tokio::spawn({
+            let store = store.clone();
+            async move {
+                store
+                    .grouped(|conn| {
+                        Box::pin(async move {
+                            sqlx::query(
+                                "INSERT INTO platform_cursors (platform, name, value, updated_at)
+                                 VALUES ('telegram', 'offset', 'lost', 0)",
+                            )
+                            .execute(&mut *conn)
+                            .await?;
+                            sqlx::query("INSERT INTO no_such_table VALUES (1)")
+                                .execute(&mut *conn)
+                                .await?;
+                            Ok(())
+                        })
+                    })
+                    .await
+            }
+        });
+        let saving = tokio::spawn({
+            let store = store.clone();
+            async move { store.set_cursor(Platform::Slack, "offset", "kept").await }
+        });
+        while store.inner.writes.pending.lock().unwrap().len() < 2 {
+            tokio::task::yield_now().await;
+        }
+        drop(lock);
+        assert!(failing.await.unwrap().is_err());
+        saving.await.unwrap().unwrap();
+        assert_eq!(store.cursor(Platform::Telegram, "offset").await.unwrap(), None);
+        assert_eq!(store.cursor(Platform::Slack, "offset").await.unwrap().as_deref(), Some("kept"));
+    }
+}
