@@ -113,9 +113,14 @@ pub struct SessionFilter {
 }
 
 impl Store {
-    /// Creates a session and stores its system prompt.
+    /// Creates a session and stores its system prompt (in the next group commit).
     pub async fn create_session(&self, new: &NewSession) -> Result<Session, StoreError> {
-        write_tx!(self, |conn| insert_session(conn, new))
+        let new = std::sync::Arc::new(new.clone());
+        self.grouped(move |conn| {
+            let new = std::sync::Arc::clone(&new);
+            Box::pin(async move { insert_session(conn, &new).await })
+        })
+        .await
     }
 
     /// The session with exactly this id.
