@@ -1,6 +1,8 @@
 //! Logging: `tracing` to stderr, at the level the flags ask for unless `RUST_LOG` says
 //! otherwise.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 
 /// Installs the global subscriber writing to stderr.
@@ -11,6 +13,8 @@ pub fn init(level: tracing::Level) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Colours only for a person at a terminal: journald and log files get plain text.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_target(false)
         .try_init();
 }
