@@ -108,6 +108,11 @@ impl Store {
     /// Runs `op` in the next group commit and waits until it is committed. `op` may run more
     /// than once (a batch that met a lock is retried from the start), so it takes what it
     /// needs by clone; a failing `op` undoes only its own statements.
+    ///
+    /// `op` runs while the batch holds the write lock: it must only use the connection it is
+    /// given, never call the store (that would wait for the lock forever). Jobs run before the
+    /// batch's appends whatever order they came in, which is safe because a write that depends
+    /// on another is only queued once the other has returned.
     pub(crate) async fn grouped<T, F>(&self, op: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
@@ -203,12 +208,20 @@ impl Store {
         let results = if batch.is_empty() {
             Vec::new()
         } else {
+            // In a savepoint: a bulk attempt that fails part way has already recorded inbound
+            // ids and counters, and the appends applied one by one must not find them.
+            sqlx::query("SAVEPOINT appends").execute(&mut *tx).await?;
             match messages::apply_batch(&mut tx, &batch).await {
-                Ok(results) => results,
+                Ok(results) => {
+                    sqlx::query("RELEASE appends").execute(&mut *tx).await?;
+                    results
+                }
                 Err(e) if e.is_retryable() => return Err(e),
                 // Something in the batch broke a constraint: apply each append alone, so
                 // only the one at fault fails.
                 Err(e) => {
+                    sqlx::query("ROLLBACK TO appends").execute(&mut *tx).await?;
+                    sqlx::query("RELEASE appends").execute(&mut *tx).await?;
                     debug!(error = %e, appends = batch.len(), "batch refused; applying appends one by one");
                     let mut results = Vec::with_capacity(batch.len());
                     for append in &batch {
@@ -295,5 +308,53 @@ mod tests {
         saving.await.unwrap().unwrap();
         assert_eq!(store.cursor(Platform::Telegram, "offset").await.unwrap(), None);
         assert_eq!(store.cursor(Platform::Slack, "offset").await.unwrap().as_deref(), Some("kept"));
+    }
+
+    #[tokio::test]
+    async fn appends_applied_one_by_one_after_a_refused_batch_are_not_taken_for_duplicates() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(StoreOptions::new(dir.path().join("state.db"))).await.unwrap();
+        let session =
+            store.create_session(&crate::NewSession::new(Platform::Telegram, "p")).await.unwrap();
+        let lock = store.inner.write_lock.lock().await;
+        // A job of the same batch makes its connection refuse one message.
+        let poison = tokio::spawn({
+            let store = store.clone();
+            async move {
+                store
+                    .grouped(|conn| {
+                        Box::pin(async move {
+                            sqlx::query(
+                                "CREATE TEMP TRIGGER IF NOT EXISTS poison BEFORE INSERT ON main.messages
+                                 WHEN new.content = 'poison' BEGIN SELECT RAISE(ABORT, 'poisoned'); END",
+                            )
+                            .execute(&mut *conn)
+                            .await?;
+                            Ok(())
+                        })
+                    })
+                    .await
+            }
+        });
+        let append = |id: &'static str, text: &'static str| {
+            let (store, session) = (store.clone(), session.id.clone());
+            tokio::spawn(async move {
+                let message = crate::NewMessage::user(text);
+                store.append_inbound(&session, Platform::Telegram, id, message).await
+            })
+        };
+        let (fine, bad) = (append("m1", "fine"), append("m2", "poison"));
+        while store.inner.writes.pending.lock().unwrap().len() < 3 {
+            tokio::task::yield_now().await;
+        }
+        drop(lock);
+        poison.await.unwrap().unwrap();
+        assert!(matches!(fine.await.unwrap(), Ok(Appended::Stored(_))));
+        assert!(bad.await.unwrap().is_err());
+        let history = store.history(&session.id).await.unwrap();
+        let texts: Vec<&str> = history.iter().map(|m| m.content.as_str()).collect();
+        assert_eq!(texts, ["fine"]);
+        let stored = store.session(&session.id).await.unwrap().unwrap();
+        assert_eq!(stored.message_count, 1);
     }
 }

@@ -243,8 +243,17 @@ struct HistoryRow(
 
 impl HistoryRow {
     fn into_message(self, session_id: &str) -> StoredMessage {
-        let HistoryRow(id, role, content, tool_calls, tool_call_id, tool_name, platform, tokens, at) =
-            self;
+        let HistoryRow(
+            id,
+            role,
+            content,
+            tool_calls,
+            tool_call_id,
+            tool_name,
+            platform,
+            tokens,
+            at,
+        ) = self;
         StoredMessage {
             id,
             session_id: session_id.to_owned(),
