@@ -226,18 +226,25 @@ async fn keep_cursors(
 ) -> bool {
     let deadline = tokio::time::sleep(limit);
     tokio::pin!(done, deadline);
+    let keep = |(platform, event): (Platform, Event)| {
+        if let Event::Adapter(AdapterEvent::Cursor(cursor)) = event {
+            cursors.save(platform, &cursor);
+        }
+    };
     loop {
         tokio::select! {
-            () = &mut done => return true,
+            () = &mut done => {
+                // What was reported just before the end still counts.
+                while let Ok(event) = events.try_recv() {
+                    keep(event);
+                }
+                return true;
+            }
             () = &mut deadline => return false,
             Some(beat) = beats.recv() => {
                 let _ = beat.send(());
             }
-            Some((platform, event)) = events.recv() => {
-                if let Event::Adapter(AdapterEvent::Cursor(cursor)) = event {
-                    cursors.save(platform, &cursor);
-                }
-            }
+            Some(event) = events.recv() => keep(event),
         }
     }
 }

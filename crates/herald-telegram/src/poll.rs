@@ -254,8 +254,11 @@ impl Poller {
     /// Sends an event to the gateway; `false` on shutdown or when nobody listens.
     async fn emit(&self, event: AdapterEvent) -> bool {
         tokio::select! {
-            _ = self.shutdown.cancelled() => false,
+            // Sending first: the last cursor of a stopping adapter still goes out when there
+            // is room, and only a full channel gives way to the shutdown.
+            biased;
             sent = self.events.send(event) => sent.is_ok(),
+            _ = self.shutdown.cancelled() => false,
         }
     }
 }

@@ -115,7 +115,7 @@ fn the_service_unit_is_noted_when_absent_and_must_be_current_when_installed() {
     assert_eq!(run.code, 1, "{run:?}");
     let service = line(&run.stdout, "service");
     assert!(service.starts_with("FAIL"), "{service}");
-    assert!(service.contains("`TimeoutStopSec=45s`") && service.contains("`TimeoutStopSec=105s`"));
+    assert!(service.contains("`TimeoutStopSec=60s`") && service.contains("`TimeoutStopSec=120s`"));
     assert!(service.ends_with("run herald service install --user"), "{service}");
     world.herald(&["service", "install", "--user"]).ok();
     world.herald(&["doctor"]).ok();

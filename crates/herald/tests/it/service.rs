@@ -126,7 +126,7 @@ fn a_dry_run_prints_every_file_with_this_machines_paths_and_writes_nothing() {
     let unit = &printed[0].1;
     assert!(unit.contains(&format!("\nExecStart={} gateway\n", herald_exe().display())), "{unit}");
     assert!(unit.contains(&format!("\nEnvironment=HERALD_CONFIG={}\n", config.display())));
-    assert!(unit.contains("\nUser=herald\n") && unit.contains("\nTimeoutStopSec=45s\n"));
+    assert!(unit.contains("\nUser=herald\n") && unit.contains("\nTimeoutStopSec=60s\n"));
     assert!(printed[1].1.contains("u herald -"), "{out}");
     assert!(printed[2].1.contains("d /etc/herald 0750 root herald -"), "{out}");
     assert!(out.contains("would run: systemctl daemon-reload"), "{out}");
@@ -175,7 +175,7 @@ fn install_writes_exactly_its_files_status_compares_them_and_uninstall_removes_t
 
     let unit = setup.system_unit();
     let old =
-        fs::read_to_string(&unit).unwrap().replace("TimeoutStopSec=45s", "TimeoutStopSec=10s");
+        fs::read_to_string(&unit).unwrap().replace("TimeoutStopSec=60s", "TimeoutStopSec=10s");
     fs::write(&unit, old).unwrap();
     let status = setup.herald(&["service", "status", "--system"]).ok();
     assert!(status.contains("outdated: run herald service install --system"), "{status}");

@@ -172,10 +172,11 @@ pub fn in_home(path: &Path) -> bool {
     ["/home", "/root", "/run/user"].iter().any(|home| path.starts_with(home))
 }
 
-/// `TimeoutStopSec=`: the drain, the adapters' 10 s to deliver the last replies, and 5 s to
-/// spare; never below the template's 45 s.
+/// `TimeoutStopSec=`: the drain, 5 s for turns stopped at its end, the adapters' 10 s to
+/// deliver the last replies, and 15 s for the last cursor and the store's close (a database
+/// another process holds makes them wait); never below the template's 60 s.
 fn stop_timeout_s(drain_timeout_s: u64) -> u64 {
-    drain_timeout_s.saturating_add(15).max(45)
+    drain_timeout_s.saturating_add(30).max(60)
 }
 
 /// The template with its `ExecStart=`, `HERALD_CONFIG` and `TimeoutStopSec=` lines replaced.
@@ -263,7 +264,7 @@ mod tests {
             for prefix in ["ExecStart=", "Environment=HERALD_CONFIG=", "TimeoutStopSec="] {
                 assert_eq!(unit.lines().filter(|l| l.starts_with(prefix)).count(), 1, "{prefix}");
             }
-            assert!(unit.contains("TimeoutStopSec=45s\n"));
+            assert!(unit.contains("TimeoutStopSec=60s\n"));
         }
     }
 
@@ -275,10 +276,10 @@ mod tests {
         let unit = render(SYSTEM_UNIT, &exec, &env, stop_timeout_s(30));
         assert!(unit.contains("\nExecStart=/opt/h/herald gateway\n"), "{unit}");
         assert!(unit.contains("\nEnvironment=HERALD_CONFIG=/c.toml\n"), "{unit}");
-        assert!(unit.contains("\nTimeoutStopSec=45s\n"), "{unit}");
+        assert!(unit.contains("\nTimeoutStopSec=60s\n"), "{unit}");
         assert!(!unit.contains("/usr/local/bin"), "{unit}");
-        assert_eq!(render(SYSUSERS, &exec, &env, 45), SYSUSERS);
-        assert_eq!(stop_timeout_s(90), 105);
+        assert_eq!(render(SYSUSERS, &exec, &env, 60), SYSUSERS);
+        assert_eq!(stop_timeout_s(90), 120);
     }
 
     #[test]
