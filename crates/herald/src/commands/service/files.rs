@@ -54,19 +54,51 @@ fn stage_and_rename(files: &[(&Path, &str)], made: &mut Vec<PathBuf>) -> Result<
         temp.as_file().sync_all().map_err(fail)?;
         staged.push((temp, path));
     }
-    // Only renames inside directories just written to are left; should one fail anyway, the
-    // files already renamed are removed and the temporary ones are deleted when dropped.
-    let mut renamed: Vec<&Path> = Vec::with_capacity(staged.len());
+    // Only renames inside directories just written to are left. A file being replaced is
+    // moved aside first, so that should a rename fail anyway, the files already renamed are
+    // removed and what they replaced is put back: a failed reinstall leaves the old install.
+    let mut renamed: Vec<(&Path, Option<PathBuf>)> = Vec::with_capacity(staged.len());
     for (temp, path) in staged {
-        if let Err(e) = temp.persist(path) {
-            for done in renamed {
-                let _ = fs::remove_file(done);
+        let previous = match move_aside(path) {
+            Ok(previous) => previous,
+            Err(error) => {
+                restore(&renamed);
+                return Err(FileError { action: "write", path: path.to_owned(), error });
             }
+        };
+        renamed.push((path, previous));
+        if let Err(e) = temp.persist(path) {
+            restore(&renamed);
             return Err(FileError { action: "write", path: path.to_owned(), error: e.error });
         }
-        renamed.push(path);
+    }
+    for (_, previous) in renamed {
+        if let Some(previous) = previous {
+            let _ = fs::remove_file(previous);
+        }
     }
     Ok(())
+}
+
+/// Renames an existing `path` to a hidden name beside it; `None` when there is none.
+fn move_aside(path: &Path) -> io::Result<Option<PathBuf>> {
+    let name = path.file_name().map(|n| n.to_string_lossy()).unwrap_or_default();
+    let aside = path.with_file_name(format!(".{name}.herald-previous"));
+    match fs::rename(path, &aside) {
+        Ok(()) => Ok(Some(aside)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Undoes the renames of a failed write, newest first.
+fn restore(renamed: &[(&Path, Option<PathBuf>)]) {
+    for (path, previous) in renamed.iter().rev() {
+        let _ = fs::remove_file(path);
+        if let Some(previous) = previous {
+            let _ = fs::rename(previous, path);
+        }
+    }
 }
 
 /// Creates `dir` and its missing parents, recording each one made, outermost first.
@@ -140,5 +172,25 @@ mod tests {
         remove_all(&[&a, &b]).unwrap();
         assert!(!a.exists() && !b.exists());
         assert_eq!(fs::read_dir(dir.path().join("x")).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_failed_reinstall_leaves_the_old_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a.conf"), dir.path().join("b.conf"));
+        fs::write(&a, "old a\n").unwrap();
+        fs::write(&b, "old b\n").unwrap();
+        // What b would be moved aside to is taken: replacing b fails after a was replaced.
+        let blocker = dir.path().join(".b.conf.herald-previous");
+        fs::create_dir(&blocker).unwrap();
+        fs::write(blocker.join("inside"), "").unwrap();
+        let err = write_all(&[(&a, "new a\n"), (&b, "new b\n")]).unwrap_err();
+        assert_eq!(err.path, b, "{err}");
+        assert_eq!(fs::read_to_string(&a).unwrap(), "old a\n");
+        assert_eq!(fs::read_to_string(&b).unwrap(), "old b\n");
+        let mut left: Vec<_> =
+            fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        left.sort();
+        assert_eq!(left, [".b.conf.herald-previous", "a.conf", "b.conf"]);
     }
 }

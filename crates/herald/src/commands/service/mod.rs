@@ -71,6 +71,14 @@ fn install(
     out: &mut dyn Write,
 ) -> anyhow::Result<ExitCode> {
     let plan = unit::plan(mode, host, loaded)?;
+    // A unit whose binary the service cannot see would fail at every start (203/EXEC).
+    if mode == Mode::System && !dry_run && !host.is_test_root() && unit::in_home(&plan.exe) {
+        anyhow::bail!(
+            "this herald is {}, in a home directory, which the system service cannot see \
+             (ProtectHome=yes): copy it to /usr/local/bin and run the install from there",
+            plan.exe.display()
+        );
+    }
     if dry_run {
         for file in &plan.files {
             writeln!(out, "=== {}", file.path.display())?;

@@ -60,6 +60,11 @@ pub struct Host {
 }
 
 impl Host {
+    /// Whether the files go to a test root (where no service manager will run them).
+    pub fn is_test_root(&self) -> bool {
+        self.root.is_some()
+    }
+
     /// The real machine, or the test root of [`ROOT_VAR`].
     pub fn from_env(env: &Env) -> Host {
         let text = |name| env.var(name).map(|v| v.to_string_lossy().into_owned());
