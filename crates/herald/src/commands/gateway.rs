@@ -94,8 +94,12 @@ pub async fn serve(
         metrics: gateway.metrics(),
     };
     if let Some(listener) = health_listener {
-        let state =
-            HealthState { states: probe.states.clone(), metrics: probe.metrics.clone(), store };
+        let state = HealthState {
+            states: probe.states.clone(),
+            metrics: probe.metrics.clone(),
+            store,
+            stopping: phases.stopping.clone(),
+        };
         tasks.spawn(health::serve(listener, state, phases.stopped.clone()));
     }
     let notifier = Notifier::from_env();

@@ -32,6 +32,8 @@ pub struct HealthState {
     pub metrics: Metrics,
     /// The store, pinged by `/healthz` and read for its write retries.
     pub store: Store,
+    /// Cancelled once the daemon begins to stop: a load balancer should look elsewhere.
+    pub stopping: CancellationToken,
 }
 
 /// Binds `health_listen`; a taken or forbidden address stops the daemon at startup.
@@ -63,7 +65,11 @@ pub fn router(state: HealthState) -> Router {
 async fn healthz(State(state): State<HealthState>) -> (StatusCode, Json<Value>) {
     let store_ok =
         matches!(tokio::time::timeout(STORE_CHECK, state.store.ping()).await, Ok(Ok(())));
-    let (code, body) = report(&state.states.snapshot(), store_ok);
+    let (mut code, mut body) = report(&state.states.snapshot(), store_ok);
+    if state.stopping.is_cancelled() {
+        code = StatusCode::SERVICE_UNAVAILABLE;
+        body["status"] = json!("stopping");
+    }
     (code, Json(body))
 }
 

@@ -107,3 +107,24 @@ async fn a_taken_health_address_stops_the_daemon_at_startup() {
     let line = run.fails(1);
     assert!(line.contains("gateway.health_listen") && line.contains(&addr.to_string()), "{line}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_draining_daemon_reports_stopping() {
+    let port = free_port();
+    let mut d = Daemon::start(&format!("health_listen = \"127.0.0.1:{port}\"")).await;
+    let base = format!("http://127.0.0.1:{port}");
+    healthz_until(&d, &base, "ok", |code, _| code == 200).await;
+    d.model.set_latency(Duration::from_millis(1500));
+    d.telegram.dm(1001, "slow one");
+    while d.model.request_count() == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    d.signal("TERM");
+    let body = healthz_until(&d, &base, "stopping", |code, body| {
+        code == 503 && body["status"] == "stopping"
+    })
+    .await;
+    assert_eq!(body["store"]["ok"], true, "{body}");
+    assert_eq!(d.stop().await, 0, "{}", d.logs());
+    assert_eq!(d.telegram.sent_to(1001).len(), 1, "the turn finished during the drain");
+}
