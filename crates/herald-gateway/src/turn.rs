@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use herald_agent::{Agent, Message, Provider, ProviderError, ToolContext, TurnError};
-use herald_core::{ChatRef, UserRef};
-use herald_store::Session;
+use herald_core::{ChatRef, SendError, UserRef};
+use herald_store::{Delivery, Session};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, warn};
 
@@ -50,19 +50,22 @@ pub(crate) async fn run<P: Provider>(shared: Arc<Shared<P>>, job: TurnJob) -> Tu
         permit = shared.runs.clone().acquire_owned() => permit,
         () = job.cancel.cancelled() => return TurnEnd::Cancelled,
     };
-    let Ok(_permit) = permit else { return TurnEnd::Cancelled };
-    let _running = shared.metrics.turn_running();
+    let Ok(permit) = permit else { return TurnEnd::Cancelled };
+    let running = shared.metrics.turn_running();
     let typing = typing(&shared, &job.chat);
     let _stop_typing = typing.clone().drop_guard();
     let began = Instant::now();
     let outcome = think(&shared, &job).await;
     typing.cancel();
+    // The permit bounds agent runs; delivering the reply needs none, and holding it through the
+    // platform's answer and the outbox update would starve the other chats.
+    drop((permit, running));
     if !matches!(outcome, Err(Failure::Cancelled)) {
         shared.metrics.run_ended(began.elapsed(), outcome.is_err());
     }
     match outcome {
-        Ok(reply) => {
-            deliver(&shared, &job, reply).await;
+        Ok(Reply { text, outbox }) => {
+            deliver_stored(&shared, &job.chat, job.reply_to.clone(), text, outbox).await;
             TurnEnd::Answered
         }
         Err(Failure::Cancelled) => TurnEnd::Cancelled,
@@ -102,7 +105,7 @@ impl Failure {
 }
 
 /// The agent run and the stored delta; the reply text on success.
-async fn think<P: Provider>(shared: &Shared<P>, job: &TurnJob) -> Result<String, Failure> {
+async fn think<P: Provider>(shared: &Shared<P>, job: &TurnJob) -> Result<Reply, Failure> {
     let session_id = &job.session.session.id;
     let store_failed = |e: herald_store::StoreError| {
         error!(session = %session_id, error = %e, "the store failed during a turn");
@@ -142,18 +145,58 @@ async fn think<P: Provider>(shared: &Shared<P>, job: &TurnJob) -> Result<String,
             return Err(Failure::Model(e));
         }
     };
+    let reply = match output.reply().trim() {
+        "" => "(the model gave an empty answer)".to_owned(),
+        reply => reply.to_owned(),
+    };
     let delta: Vec<_> = output.messages.iter().map(history::to_store).collect();
-    shared
+    // The reply goes into the outbox with the turn: a crash before the platform takes it
+    // leaves it there for the next start to send.
+    let delivery =
+        Delivery { chat: job.chat.clone(), reply_to: job.reply_to.clone(), text: reply.clone() };
+    let ids = shared
         .store
-        .append_turn(session_id, delta, history::usage(output.usage))
+        .append_reply(session_id, delta, history::usage(output.usage), delivery)
         .await
         .map_err(store_failed)?;
-    let reply = output.reply().trim();
-    Ok(if reply.is_empty() {
-        "(the model gave an empty answer)".to_owned()
-    } else {
-        reply.to_owned()
-    })
+    Ok(Reply { text: reply, outbox: ids.last().copied() })
+}
+
+/// A stored answer, and its outbox entry until it is delivered.
+#[derive(Debug)]
+struct Reply {
+    text: String,
+    outbox: Option<i64>,
+}
+
+/// Sends a stored reply and takes it out of the outbox once the platform took it, or refused
+/// it for good. One the platform could not be reached for stays there: the next start sends it.
+pub(crate) async fn deliver_stored<P>(
+    shared: &Shared<P>,
+    chat: &ChatRef,
+    reply_to: Option<String>,
+    text: String,
+    outbox: Option<i64>,
+) {
+    let Some(link) = shared.links.get(&chat.platform) else { return };
+    debug!(chat = %chat.id, reply = %text, "sending reply");
+    let sent = link.send(chat, text, reply_to).await;
+    let done = match &sent {
+        Ok(_) => true,
+        Err(e @ SendError::Rejected(_)) => {
+            error!(platform = %chat.platform, chat = %chat.id, error = %e, "the platform refused a reply (it is stored in the session)");
+            true
+        }
+        Err(e) => {
+            error!(platform = %chat.platform, chat = %chat.id, error = %e, "a reply could not be delivered yet (it is stored, and sent again at the next start)");
+            false
+        }
+    };
+    if let (true, Some(id)) = (done, outbox)
+        && let Err(e) = shared.store.delivered(id).await
+    {
+        warn!(error = %e, "could not clear a delivered reply from the outbox; it may be sent again after a restart");
+    }
 }
 
 async fn deliver<P>(shared: &Shared<P>, job: &TurnJob, text: String) {

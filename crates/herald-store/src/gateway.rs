@@ -321,6 +321,7 @@ async fn take_in(
         messages,
         dedupe: None,
         usage: TokenUsage::default(),
+        outbox: None,
     };
     let mut results = apply_batch(conn, &[&append]).await?;
     match results.pop() {

@@ -35,8 +35,17 @@ pub(crate) struct WriteQueue {
 }
 
 enum Pending {
-    Append { append: Append, reply: oneshot::Sender<Result<Appended, StoreError>> },
+    Append {
+        append: Append,
+        reply: oneshot::Sender<Result<Appended, StoreError>>,
+    },
     Job(Box<dyn Job>),
+    /// A reply the platform took: its outbox row goes, with the others of the batch in one
+    /// statement (one for every message the gateway answers).
+    Delivered {
+        message_id: i64,
+        reply: oneshot::Sender<Result<(), StoreError>>,
+    },
 }
 
 impl std::fmt::Debug for Pending {
@@ -44,6 +53,9 @@ impl std::fmt::Debug for Pending {
         match self {
             Pending::Append { append, .. } => f.debug_tuple("Append").field(append).finish(),
             Pending::Job(_) => f.write_str("Job"),
+            Pending::Delivered { message_id, .. } => {
+                f.debug_tuple("Delivered").field(message_id).finish()
+            }
         }
     }
 }
@@ -123,6 +135,13 @@ impl Store {
         done.await.map_err(|_| StoreError::WriterGone)?
     }
 
+    /// Takes a reply out of the outbox in the next group commit.
+    pub(crate) async fn delivered_grouped(&self, message_id: i64) -> Result<(), StoreError> {
+        let (reply, done) = oneshot::channel();
+        self.enqueue(Pending::Delivered { message_id, reply });
+        done.await.map_err(|_| StoreError::WriterGone)?
+    }
+
     fn enqueue(&self, write: Pending) {
         let first = {
             let mut pending = self.inner.writes.pending.lock().unwrap_or_else(|p| p.into_inner());
@@ -145,19 +164,21 @@ impl Store {
         }
         let mut appends = Vec::new();
         let mut jobs = Vec::new();
+        let mut delivered = Vec::new();
         for write in batch {
             match write {
                 Pending::Append { append, reply } => appends.push((append, reply)),
                 Pending::Job(job) => jobs.push(job),
+                Pending::Delivered { message_id, reply } => delivered.push((message_id, reply)),
             }
         }
         let mut backoff = Backoff::start(self);
         let held = match self.inner.process_lock.acquire(&backoff).await {
             Ok(held) => held,
-            Err(e) => return fail_all(appends, jobs, &e),
+            Err(e) => return fail_all(appends, jobs, delivered, &e),
         };
         let outcome = loop {
-            let attempt = self.commit_batch(&appends, &mut jobs).await;
+            let attempt = self.commit_batch(&appends, &mut jobs, &delivered).await;
             match attempt {
                 Err(e) if e.is_retryable() => {
                     if let Err(gave_up) = backoff.wait().await {
@@ -184,8 +205,11 @@ impl Store {
                 for job in jobs {
                     job.finish(Ok(()));
                 }
+                for (_, reply) in delivered {
+                    let _ = reply.send(Ok(()));
+                }
             }
-            Err(e) => fail_all(appends, jobs, &e),
+            Err(e) => fail_all(appends, jobs, delivered, &e),
         }
     }
 
@@ -194,8 +218,18 @@ impl Store {
         &self,
         appends: &[(Append, oneshot::Sender<Result<Appended, StoreError>>)],
         jobs: &mut [Box<dyn Job>],
+        delivered: &[(i64, oneshot::Sender<Result<(), StoreError>>)],
     ) -> Result<Vec<Result<Appended, StoreError>>, StoreError> {
         let mut tx = self.inner.pool.begin_with("BEGIN IMMEDIATE").await?;
+        for chunk in delivered.chunks(DELIVERED_PER_DELETE) {
+            let marks = vec!["?"; chunk.len()].join(", ");
+            let sql = format!("DELETE FROM outbox WHERE message_id IN ({marks})");
+            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+            for (id, _) in chunk {
+                query = query.bind(*id);
+            }
+            query.execute(&mut *tx).await?;
+        }
         for job in jobs.iter_mut() {
             sqlx::query("SAVEPOINT job").execute(&mut *tx).await?;
             job.run(&mut tx).await?;
@@ -248,11 +282,18 @@ impl Store {
     }
 }
 
+/// Most outbox rows one DELETE names (SQLite takes up to 32766 parameters).
+const DELIVERED_PER_DELETE: usize = 10_000;
+
 fn fail_all(
     appends: Vec<(Append, oneshot::Sender<Result<Appended, StoreError>>)>,
     jobs: Vec<Box<dyn Job>>,
+    delivered: Vec<(i64, oneshot::Sender<Result<(), StoreError>>)>,
     e: &StoreError,
 ) {
+    for (_, reply) in delivered {
+        let _ = reply.send(Err(e.duplicate()));
+    }
     for (_, reply) in appends {
         let _ = reply.send(Err(e.duplicate()));
     }

@@ -12,6 +12,7 @@ mod group;
 mod index;
 mod messages;
 mod open;
+mod outbox;
 mod pairing;
 mod raw;
 mod routes;
@@ -23,8 +24,9 @@ mod write;
 
 pub use error::StoreError;
 pub use gateway::QueuedInbound;
-pub use messages::{Appended, NewMessage, StoredMessage, TokenUsage};
+pub use messages::{Appended, Delivery, NewMessage, StoredMessage, TokenUsage};
 pub use open::{Store, StoreOptions};
+pub use outbox::Undelivered;
 pub use pairing::{ApproveError, ApprovedUser, NewPairing, PairingIssue, PairingRequest};
 pub use raw::write_turns_raw;
 pub use search::{SearchHit, SearchQuery, sanitize_query};

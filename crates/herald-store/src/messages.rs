@@ -118,6 +118,19 @@ pub(crate) struct Append {
     pub(crate) messages: Vec<NewMessage>,
     pub(crate) dedupe: Option<(Platform, String)>,
     pub(crate) usage: TokenUsage,
+    /// For a turn with a reply: where it goes, kept in the outbox until it is delivered.
+    pub(crate) outbox: Option<Delivery>,
+}
+
+/// A reply to deliver: where, and what.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    /// The chat it answers.
+    pub chat: herald_core::ChatRef,
+    /// The platform message it replies to (in groups).
+    pub reply_to: Option<String>,
+    /// The text to send.
+    pub text: String,
 }
 
 /// Tokens the model reported for a turn, added to the session's totals.
@@ -156,7 +169,31 @@ impl Store {
         messages: Vec<NewMessage>,
         usage: TokenUsage,
     ) -> Result<Vec<i64>, StoreError> {
-        let append = Append { session_id: session_id.to_owned(), messages, dedupe: None, usage };
+        let append = Append {
+            session_id: session_id.to_owned(),
+            messages,
+            dedupe: None,
+            usage,
+            outbox: None,
+        };
+        match self.append(append).await? {
+            Appended::Stored(ids) => Ok(ids),
+            Appended::Duplicate => Ok(Vec::new()),
+        }
+    }
+
+    /// Appends a turn whose last message is the reply to `delivery`, and puts the reply in the
+    /// outbox in the same transaction (see [`Store::delivered`]). Returns the new ids.
+    pub async fn append_reply(
+        &self,
+        session_id: &str,
+        messages: Vec<NewMessage>,
+        usage: TokenUsage,
+        delivery: Delivery,
+    ) -> Result<Vec<i64>, StoreError> {
+        let outbox = (!messages.is_empty()).then_some(delivery);
+        let append =
+            Append { session_id: session_id.to_owned(), messages, dedupe: None, usage, outbox };
         match self.append(append).await? {
             Appended::Stored(ids) => Ok(ids),
             Appended::Duplicate => Ok(Vec::new()),
@@ -178,6 +215,7 @@ impl Store {
             messages: vec![message],
             dedupe: Some((platform, platform_message_id.to_owned())),
             usage: TokenUsage::default(),
+            outbox: None,
         })
         .await
     }
@@ -301,7 +339,9 @@ pub(crate) async fn apply_batch(
         }
     }
     update_counters(conn, &kept, now).await?;
-    let mut ids = insert_messages(conn, &kept, now).await?.into_iter();
+    let stored = insert_messages(conn, &kept, now).await?;
+    insert_outbox(conn, &kept, &stored, now).await?;
+    let mut ids = stored.into_iter();
     Ok(results
         .into_iter()
         .map(|r| r.unwrap_or_else(|| Ok(Appended::Stored(ids.next().unwrap_or_default()))))
@@ -432,6 +472,35 @@ async fn insert_messages(
     }
     let mut ids = ids.into_iter();
     Ok(kept.iter().map(|a| ids.by_ref().take(a.messages.len()).collect()).collect())
+}
+
+/// Puts each reply of `kept` (the last message of an append with a delivery) in the outbox.
+async fn insert_outbox(
+    conn: &mut SqliteConnection,
+    kept: &[&Append],
+    ids: &[Vec<i64>],
+    now: i64,
+) -> Result<(), StoreError> {
+    for (append, ids) in kept.iter().zip(ids) {
+        let (Some(delivery), Some(last)) = (&append.outbox, ids.last()) else { continue };
+        sqlx::query(
+            "INSERT INTO outbox (message_id, session_id, platform, chat_id, thread_id, chat_kind,
+                                 reply_to, text, created_at)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(last)
+        .bind(&append.session_id)
+        .bind(delivery.chat.platform.as_str())
+        .bind(&delivery.chat.id)
+        .bind(&delivery.chat.thread)
+        .bind(delivery.chat.kind.as_str())
+        .bind(&delivery.reply_to)
+        .bind(&delivery.text)
+        .bind(now)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
 }
 
 /// `(?, ?), (?, ?)`: `rows` groups of `columns` placeholders.

@@ -41,6 +41,7 @@ pub async fn write_turns_raw(
         messages: turn.to_vec(),
         dedupe: None,
         usage: Default::default(),
+        outbox: None,
     };
     let started = Instant::now();
     for _ in 0..turns {

@@ -2,7 +2,8 @@ use std::collections::HashSet;
 
 use herald_core::{ChatKind, ChatRef, Platform, Role, UserRef};
 use herald_store::{
-    Appended, NewMessage, NewSession, QueuedInbound, SearchQuery, Session, Store, StoreError,
+    Appended, Delivery, NewMessage, NewSession, QueuedInbound, SearchQuery, Session, Store,
+    StoreError,
 };
 
 use crate::{fresh, open, session_for, turn};
@@ -293,4 +294,34 @@ async fn retry_keeps_the_question_and_drops_the_answer() {
     store.append_messages(&silent.id, vec![NewMessage::assistant("hello")]).await.unwrap();
     assert_eq!(store.reset_last_answer(&silent.id).await.unwrap(), None);
     assert_eq!(store.history(&silent.id).await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_reply_stays_in_the_outbox_until_delivered_or_undone() {
+    let (store, dir) = fresh().await;
+    let session = routed(&store, "telegram:dm:42").await;
+    let chat = ChatRef::direct(Platform::Telegram, "42");
+    let delivery =
+        |text: &str| Delivery { chat: chat.clone(), reply_to: None, text: text.to_owned() };
+    let reply = |text: &str| vec![NewMessage::user("q"), NewMessage::assistant(text)];
+    let first = store
+        .append_reply(&session.id, reply("one"), Default::default(), delivery("one"))
+        .await
+        .unwrap();
+    store
+        .append_reply(&session.id, reply("two"), Default::default(), delivery("two"))
+        .await
+        .unwrap();
+    store.close().await;
+
+    let store = open(&dir.path().join("state.db")).await;
+    let waiting = store.undelivered().await.unwrap();
+    let texts: Vec<&str> = waiting.iter().map(|u| u.delivery.text.as_str()).collect();
+    assert_eq!(texts, ["one", "two"]);
+    assert_eq!(waiting[0].message_id, *first.last().unwrap());
+    assert_eq!(waiting[0].delivery.chat, chat);
+    store.delivered(waiting[0].message_id).await.unwrap();
+    // /undo takes the last exchange back, its undelivered reply with it.
+    store.undo_last_exchange(&session.id).await.unwrap();
+    assert!(store.undelivered().await.unwrap().is_empty());
 }

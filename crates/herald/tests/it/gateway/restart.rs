@@ -49,3 +49,41 @@ async fn sigterm_lets_the_running_turn_finish() {
     assert_eq!(sent.len(), 1, "the reply was delivered during the drain: {}", d.logs());
     assert_eq!(sent[0].text, "echo: slow one");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reply_stored_but_not_sent_before_a_crash_is_sent_after_the_restart() {
+    let mut d = Daemon::start("").await;
+    d.model.set_latency(Duration::from_millis(300));
+    d.telegram.dm(1001, "keep me");
+    while d.model.request_count() == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // The platform goes away while the model answers: the reply is stored, not delivered.
+    d.telegram.set_offline(true);
+    let store = d.store().await;
+    let started = std::time::Instant::now();
+    loop {
+        let stored = store.undelivered().await.unwrap();
+        if stored.iter().any(|r| r.delivery.text == "echo: keep me") {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "never stored: {}", d.logs());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    store.close().await;
+    d.signal("KILL");
+    d.stop().await;
+    assert!(d.telegram.sent_to(1001).is_empty());
+
+    d.telegram.set_offline(false);
+    d.spawn().await;
+    let sent = d.replies(1001, 1).await;
+    assert_eq!(sent[0].text, "echo: keep me");
+    settle().await;
+    assert_eq!(d.telegram.sent_to(1001).len(), 1, "sent once: {}", d.logs());
+    let store = d.store().await;
+    assert!(store.undelivered().await.unwrap().is_empty());
+    let messages = store.search(&herald_store::SearchQuery::new("keep")).await.unwrap();
+    assert_eq!(messages.len(), 2, "the question and the answer, each stored once");
+    assert_eq!(d.stop().await, 0, "{}", d.logs());
+}
