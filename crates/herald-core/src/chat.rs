@@ -24,6 +24,12 @@ impl ChatKind {
             ChatKind::Group => "group",
         }
     }
+
+    /// The kind a stored name stands for: `"dm"` is direct, anything else (`"group"`, older
+    /// or unknown names) a group, where herald is the more careful.
+    pub fn from_stored(name: &str) -> ChatKind {
+        if name == ChatKind::Direct.as_str() { ChatKind::Direct } else { ChatKind::Group }
+    }
 }
 
 impl fmt::Display for ChatKind {
@@ -125,6 +131,15 @@ impl fmt::Display for SessionKey {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stored_kinds_read_back_and_unknown_ones_are_groups() {
+        for kind in [ChatKind::Direct, ChatKind::Group] {
+            assert_eq!(ChatKind::from_stored(kind.as_str()), kind);
+        }
+        assert_eq!(ChatKind::from_stored("thread"), ChatKind::Group);
+        assert_eq!(ChatKind::from_stored(""), ChatKind::Group);
+    }
 
     fn check(chat: ChatRef, per_user: bool, expected: &str) {
         let user = UserRef::new("42");

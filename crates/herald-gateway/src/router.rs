@@ -241,10 +241,7 @@ fn input_origin(input: &Input) -> (ChatRef, UserRef) {
 /// Where to answer a stored session: its chat, its user and its key.
 fn resume_target(session: &Session) -> Option<((ChatRef, UserRef), SessionKey)> {
     let key = SessionKey::from_stored(session.session_key.clone()?);
-    let kind = match session.chat_type.as_deref() {
-        Some("dm") => ChatKind::Direct,
-        _ => ChatKind::Group,
-    };
+    let kind = ChatKind::from_stored(session.chat_type.as_deref().unwrap_or_default());
     let chat = ChatRef {
         platform: session.source,
         id: session.chat_id.clone()?,

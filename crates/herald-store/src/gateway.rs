@@ -49,11 +49,7 @@ impl TryFrom<QueueRow> for QueuedInbound {
 
     fn try_from(row: QueueRow) -> Result<Self, StoreError> {
         let platform: Platform = row.platform.parse().map_err(decode)?;
-        let kind = if row.chat_kind == ChatKind::Direct.as_str() {
-            ChatKind::Direct
-        } else {
-            ChatKind::Group
-        };
+        let kind = ChatKind::from_stored(&row.chat_kind);
         Ok(QueuedInbound {
             seq: row.seq,
             session_key: row.session_key,

@@ -49,11 +49,7 @@ impl Store {
                     .platform
                     .parse()
                     .map_err(|e| StoreError::Sqlx(sqlx::Error::Decode(Box::new(e))))?;
-                let kind = if row.chat_kind == ChatKind::Direct.as_str() {
-                    ChatKind::Direct
-                } else {
-                    ChatKind::Group
-                };
+                let kind = ChatKind::from_stored(&row.chat_kind);
                 let chat = ChatRef { platform, id: row.chat_id, kind, thread: row.thread_id };
                 Ok(Undelivered {
                     message_id: row.message_id,
