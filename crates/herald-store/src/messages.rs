@@ -169,17 +169,7 @@ impl Store {
         messages: Vec<NewMessage>,
         usage: TokenUsage,
     ) -> Result<Vec<i64>, StoreError> {
-        let append = Append {
-            session_id: session_id.to_owned(),
-            messages,
-            dedupe: None,
-            usage,
-            outbox: None,
-        };
-        match self.append(append).await? {
-            Appended::Stored(ids) => Ok(ids),
-            Appended::Duplicate => Ok(Vec::new()),
-        }
+        self.append_delta(session_id, messages, usage, None).await
     }
 
     /// Appends a turn whose last message is the reply to `delivery`, and puts the reply in the
@@ -191,7 +181,17 @@ impl Store {
         usage: TokenUsage,
         delivery: Delivery,
     ) -> Result<Vec<i64>, StoreError> {
-        let outbox = (!messages.is_empty()).then_some(delivery);
+        self.append_delta(session_id, messages, usage, Some(delivery)).await
+    }
+
+    async fn append_delta(
+        &self,
+        session_id: &str,
+        messages: Vec<NewMessage>,
+        usage: TokenUsage,
+        delivery: Option<Delivery>,
+    ) -> Result<Vec<i64>, StoreError> {
+        let outbox = delivery.filter(|_| !messages.is_empty());
         let append =
             Append { session_id: session_id.to_owned(), messages, dedupe: None, usage, outbox };
         match self.append(append).await? {
@@ -308,7 +308,7 @@ impl HistoryRow {
 }
 
 /// Most message rows per INSERT: 10 parameters each stays under SQLite's 32766.
-const ROWS_PER_INSERT: usize = 3000;
+pub(crate) const ROWS_PER_INSERT: usize = 3000;
 
 /// Writes a batch of appends inside the caller's transaction with a handful of statements,
 /// whatever the batch size: which sessions exist, which inbound ids are new, every session's
@@ -340,7 +340,7 @@ pub(crate) async fn apply_batch(
     }
     update_counters(conn, &kept, now).await?;
     let stored = insert_messages(conn, &kept, now).await?;
-    insert_outbox(conn, &kept, &stored, now).await?;
+    crate::outbox::insert(conn, &kept, &stored, now).await?;
     let mut ids = stored.into_iter();
     Ok(results
         .into_iter()
@@ -474,37 +474,8 @@ async fn insert_messages(
     Ok(kept.iter().map(|a| ids.by_ref().take(a.messages.len()).collect()).collect())
 }
 
-/// Puts each reply of `kept` (the last message of an append with a delivery) in the outbox.
-async fn insert_outbox(
-    conn: &mut SqliteConnection,
-    kept: &[&Append],
-    ids: &[Vec<i64>],
-    now: i64,
-) -> Result<(), StoreError> {
-    for (append, ids) in kept.iter().zip(ids) {
-        let (Some(delivery), Some(last)) = (&append.outbox, ids.last()) else { continue };
-        sqlx::query(
-            "INSERT INTO outbox (message_id, session_id, platform, chat_id, thread_id, chat_kind,
-                                 reply_to, text, created_at)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(last)
-        .bind(&append.session_id)
-        .bind(delivery.chat.platform.as_str())
-        .bind(&delivery.chat.id)
-        .bind(&delivery.chat.thread)
-        .bind(delivery.chat.kind.as_str())
-        .bind(&delivery.reply_to)
-        .bind(&delivery.text)
-        .bind(now)
-        .execute(&mut *conn)
-        .await?;
-    }
-    Ok(())
-}
-
 /// `(?, ?), (?, ?)`: `rows` groups of `columns` placeholders.
-fn placeholders(rows: usize, columns: usize) -> String {
+pub(crate) fn placeholders(rows: usize, columns: usize) -> String {
     let row = format!("({})", vec!["?"; columns].join(", "));
     if columns == 1 {
         return vec!["?"; rows].join(", ");

@@ -1,9 +1,10 @@
 //! The outbox: replies stored with their turn and not yet accepted by their platform.
 
 use herald_core::{ChatKind, ChatRef, Platform};
+use sqlx::SqliteConnection;
 
 use crate::error::StoreError;
-use crate::messages::Delivery;
+use crate::messages::{Append, Delivery, ROWS_PER_INSERT, placeholders};
 use crate::open::Store;
 
 /// A stored reply still to deliver.
@@ -59,4 +60,41 @@ impl Store {
             })
             .collect()
     }
+}
+
+/// Puts the reply of each append of a batch that has one (its last message) in the outbox,
+/// inside the batch's transaction, with one statement for the whole batch.
+pub(crate) async fn insert(
+    conn: &mut SqliteConnection,
+    kept: &[&Append],
+    ids: &[Vec<i64>],
+    now: i64,
+) -> Result<(), StoreError> {
+    let rows: Vec<(i64, &Append, &Delivery)> = kept
+        .iter()
+        .zip(ids)
+        .filter_map(|(append, ids)| Some((*ids.last()?, *append, append.outbox.as_ref()?)))
+        .collect();
+    for chunk in rows.chunks(ROWS_PER_INSERT) {
+        let sql = format!(
+            "INSERT INTO outbox (message_id, session_id, platform, chat_id, thread_id, chat_kind,
+                                 reply_to, text, created_at) VALUES {}",
+            placeholders(chunk.len(), 9)
+        );
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for (id, append, delivery) in chunk {
+            query = query
+                .bind(*id)
+                .bind(&append.session_id)
+                .bind(delivery.chat.platform.as_str())
+                .bind(&delivery.chat.id)
+                .bind(&delivery.chat.thread)
+                .bind(delivery.chat.kind.as_str())
+                .bind(&delivery.reply_to)
+                .bind(&delivery.text)
+                .bind(now);
+        }
+        query.execute(&mut *conn).await?;
+    }
+    Ok(())
 }
