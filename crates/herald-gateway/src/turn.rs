@@ -74,7 +74,7 @@ pub(crate) async fn run<P: Provider>(shared: Arc<Shared<P>>, job: TurnJob) -> Tu
                 "Sorry, {}. Your message is saved: send /retry or write again.",
                 failure.for_user()
             );
-            deliver(&shared, &job, line).await;
+            tell_failure(&shared, &job, line).await;
             TurnEnd::Failed
         }
     }
@@ -199,13 +199,14 @@ pub(crate) async fn deliver_stored<P>(
     }
 }
 
-async fn deliver<P>(shared: &Shared<P>, job: &TurnJob, text: String) {
+/// Tells the user a turn failed. The line is not stored: the question is, and /retry or the
+/// next message answers it.
+async fn tell_failure<P>(shared: &Shared<P>, job: &TurnJob, line: String) {
     let Some(link) = shared.links.get(&job.chat.platform) else { return };
-    debug!(chat = %job.chat.id, reply = %text, "sending reply");
-    if let Err(e) = link.send(&job.chat, text, job.reply_to.clone()).await {
-        error!(
+    if let Err(e) = link.send(&job.chat, line, job.reply_to.clone()).await {
+        warn!(
             platform = %job.chat.platform, chat = %job.chat.id, error = %e,
-            "a reply could not be delivered (it is stored in the session)"
+            "could not tell the user that their turn failed (their message is stored)"
         );
     }
 }
