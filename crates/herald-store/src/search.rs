@@ -1,6 +1,8 @@
 //! Full-text search over messages: a sanitizer that makes any typed text a valid FTS5 query,
 //! and the BM25-ranked search with snippets and filters.
 
+use std::collections::HashMap;
+
 use herald_core::{Platform, Role};
 use serde::Serialize;
 
@@ -118,7 +120,9 @@ impl Store {
         if self.unindexed().await? > 0 {
             self.index_pending().await?;
         }
-        let mut hits = self.ranked_search("messages_fts", &fts, query).await?;
+        let words = self.expand_prefixes(&items).await?;
+        let mut hits =
+            self.ranked_search("messages_fts", words.as_deref().unwrap_or(&fts), query).await?;
         if query.text.chars().any(is_cjk) {
             let short = items
                 .iter()
@@ -153,57 +157,50 @@ impl Store {
         query: &SearchQuery,
     ) -> Result<Vec<SearchHit>, StoreError> {
         let (joins, conditions) = filters(index, query);
-        let bind_filters = |sql: String| {
-            sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql))
-                .bind(fts.to_owned())
-                .bind(query.source.map(Platform::as_str))
-                .bind(query.role.map(Role::as_str))
-                .bind(query.user_id.clone())
-                .bind(query.session_id.clone())
-        };
-        // Matches are walked newest first, unranked, which is cheap: the window's oldest id.
-        let cutoff = bind_filters(format!(
-            "SELECT {index}.rowid FROM {index} {joins} WHERE {index} MATCH ?1 {conditions}
-             ORDER BY {index}.rowid DESC LIMIT 1 OFFSET ?6"
-        ))
-        .bind(RANK_WINDOW - 1)
-        .fetch_optional(&self.inner.pool)
-        .await?
-        .unwrap_or(0);
+        // One walk over the matches, newest first, scoring each; the inner LIMIT keeps it a
+        // walk that stops (a subquery with a LIMIT is not flattened into the outer ORDER BY).
         let ranked: Vec<(i64, f64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT {index}.rowid, bm25({index}) AS rank FROM {index} {joins}
-             WHERE {index} MATCH ?1 {conditions} AND {index}.rowid >= ?6
-             ORDER BY rank LIMIT ?7"
+            "SELECT id, rank FROM (
+                 SELECT {index}.rowid AS id, bm25({index}) AS rank FROM {index} {joins}
+                 WHERE {index} MATCH ?1 {conditions}
+                 ORDER BY {index}.rowid DESC LIMIT ?6)
+             ORDER BY rank, id DESC LIMIT ?7"
         )))
         .bind(fts.to_owned())
         .bind(query.source.map(Platform::as_str))
         .bind(query.role.map(Role::as_str))
         .bind(query.user_id.clone())
         .bind(query.session_id.clone())
-        .bind(cutoff)
+        .bind(RANK_WINDOW)
         .bind(i64::from(query.limit))
         .fetch_all(&self.inner.pool)
         .await?;
-        if ranked.is_empty() {
+        let (Some(low), Some(high)) =
+            (ranked.iter().map(|r| r.0).min(), ranked.iter().map(|r| r.0).max())
+        else {
             return Ok(Vec::new());
-        }
-        let ids: Vec<String> = (0..ranked.len()).map(|i| format!("?{}", i + 4)).collect();
-        let ids = ids.join(", ");
-        let mut details = sqlx::query_as::<_, SearchHit>(sqlx::AssertSqlSafe(format!(
+        };
+        // The hits are fetched by walking the match once over their range of ids: FTS5 would
+        // evaluate the whole query again for every value of `rowid IN (...)`. The `+` keeps
+        // the list a plain filter on that walk, checked before any snippet is made.
+        let ids = serde_json::to_string(&ranked.iter().map(|r| r.0).collect::<Vec<_>>())?;
+        let mut found = sqlx::query_as::<_, SearchHit>(sqlx::AssertSqlSafe(format!(
             "SELECT m.id AS message_id, m.session_id, s.source, s.title, m.role, m.created_at,
                     snippet({index}, -1, ?2, ?3, '…', 16) AS snippet, 0.0 AS rank
              FROM {index}
-             JOIN messages m ON m.id = {index}.rowid
-             JOIN sessions s ON s.id = m.session_id
-             WHERE {index} MATCH ?1 AND {index}.rowid IN ({ids})"
+             CROSS JOIN messages m ON m.id = {index}.rowid
+             CROSS JOIN sessions s ON s.id = m.session_id
+             WHERE {index} MATCH ?1 AND {index}.rowid BETWEEN ?4 AND ?5
+               AND +{index}.rowid IN (SELECT value FROM json_each(?6))"
         )))
         .bind(fts.to_owned())
         .bind(query.mark_open.clone())
-        .bind(query.mark_close.clone());
-        for (id, _) in &ranked {
-            details = details.bind(*id);
-        }
-        let mut found = details.fetch_all(&self.inner.pool).await?;
+        .bind(query.mark_close.clone())
+        .bind(low)
+        .bind(high)
+        .bind(ids)
+        .fetch_all(&self.inner.pool)
+        .await?;
         let mut hits = Vec::with_capacity(ranked.len());
         for (id, rank) in ranked {
             if let Some(at) = found.iter().position(|h| h.message_id == id) {
@@ -213,6 +210,47 @@ impl Store {
             }
         }
         Ok(hits)
+    }
+
+    /// The query for the word index with each prefix (`deploy*`) spelled out as the words of
+    /// the index it stands for, or `None` when no prefix was spelled out. A prefix is left to
+    /// FTS5 when it is short, not plain ASCII letters and digits (the index folds other text
+    /// in ways only its tokenizer knows), matches no word, or matches too many.
+    async fn expand_prefixes(&self, items: &[Item]) -> Result<Option<String>, StoreError> {
+        let mut words: HashMap<&str, Vec<String>> = HashMap::new();
+        for item in items {
+            let Item::Phrase { text, prefix: true } = item else { continue };
+            let Some((low, high)) = term_range(text) else { continue };
+            if words.contains_key(text.as_str()) {
+                continue;
+            }
+            let terms: Vec<String> = sqlx::query_scalar(
+                "SELECT term FROM messages_terms WHERE term >= ?1 AND term < ?2 LIMIT ?3",
+            )
+            .bind(low)
+            .bind(high)
+            .bind(EXPANDED_MAX as i64 + 1)
+            .fetch_all(&self.inner.pool)
+            .await?;
+            if !terms.is_empty() && terms.len() <= EXPANDED_MAX {
+                words.insert(text, terms);
+            }
+        }
+        if words.is_empty() {
+            return Ok(None);
+        }
+        let rendered = join(
+            items,
+            |text, prefix| match words.get(text).filter(|_| prefix) {
+                Some(terms) => {
+                    let terms: Vec<String> = terms.iter().map(|t| phrase(t, false)).collect();
+                    format!("({})", terms.join(" OR "))
+                }
+                None => phrase(text, prefix),
+            },
+            fts_op,
+        );
+        Ok(Some(rendered))
     }
 
     /// The literal fallback: runs [`LITERAL_SEARCH`] with its substring words bound from ?9.
@@ -294,19 +332,41 @@ fn join(
 }
 
 fn render_fts(items: &[Item]) -> Option<String> {
-    let out = join(
-        items,
-        |text, prefix| {
-            let star = if prefix { "*" } else { "" };
-            format!("\"{}\"{star}", text.replace('"', "\"\""))
-        },
-        |op| match op {
-            Op::And => " AND ",
-            Op::Or => " OR ",
-            Op::Not => " NOT ",
-        },
-    );
+    let out = join(items, phrase, fts_op);
     (!out.is_empty()).then_some(out)
+}
+
+/// A quoted FTS5 phrase, `*` after it for a prefix.
+fn phrase(text: &str, prefix: bool) -> String {
+    let star = if prefix { "*" } else { "" };
+    format!("\"{}\"{star}", text.replace('"', "\"\""))
+}
+
+fn fts_op(op: Op) -> &'static str {
+    match op {
+        Op::And => " AND ",
+        Op::Or => " OR ",
+        Op::Not => " NOT ",
+    }
+}
+
+/// The shortest prefix spelled out as words: shorter ones match so many words that listing
+/// them (which reads their doclists) costs more than FTS5's own merge.
+const EXPANDED_MIN: usize = 3;
+/// The most words one prefix is spelled out as; a prefix matching more is left to FTS5.
+const EXPANDED_MAX: usize = 128;
+
+/// The range of index terms that start with `prefix`, as the index spells them (ASCII folded
+/// to lower case), when `prefix` can be spelled out at all.
+fn term_range(prefix: &str) -> Option<(String, String)> {
+    if prefix.len() < EXPANDED_MIN || !prefix.bytes().all(|b| b.is_ascii_alphanumeric()) {
+        return None;
+    }
+    let low = prefix.to_ascii_lowercase();
+    let mut high = low.clone().into_bytes();
+    // The last byte is an ASCII letter or digit, so one past it is ASCII too.
+    *high.last_mut()? += 1;
+    Some((low, String::from_utf8(high).ok()?))
 }
 
 /// The same boolean shape as [`render_fts`] over literal substring tests, and the words to
@@ -411,6 +471,16 @@ mod tests {
         check("NOT", None);
         check("cats AND OR dogs", Some(r#""cats" OR "dogs""#));
         check("cats or dogs", Some(r#""cats" AND "or" AND "dogs""#));
+    }
+
+    #[test]
+    fn prefixes_spelled_out_are_plain_ascii_of_three_or_more() {
+        let range = |p: &str| super::term_range(p);
+        assert_eq!(range("Deploy"), Some(("deploy".into(), "deploz".into())));
+        assert_eq!(range("v29"), Some(("v29".into(), "v2:".into())));
+        assert_eq!(range("de"), None);
+        assert_eq!(range("déploi"), None);
+        assert_eq!(range("chat-send"), None);
     }
 
     #[test]

@@ -139,6 +139,52 @@ async fn filters_narrow_the_hits() {
     assert_eq!(limited.unwrap().len(), 1);
 }
 
+#[tokio::test]
+async fn prefixes_find_every_word_they_start() {
+    let (store, _dir) = corpus().await;
+    let s = store.create_session(&session_for(Platform::Cli, "erin")).await.unwrap();
+    store
+        .append_messages(
+            &s.id,
+            vec![
+                NewMessage::user("Deployed twice, then the DEPLOYER crashed"),
+                NewMessage::user("a déploiement in French, a deployable in English"),
+                NewMessage::user("configs and conference calls"),
+            ],
+        )
+        .await
+        .unwrap();
+    // (query, hits): spelled out as words (ASCII, three letters or more) or left to FTS5
+    // (short, accented, inside a phrase), the same messages are found.
+    let table: &[(&str, usize)] = &[
+        ("deploy*", 4),
+        ("DEPLOY*", 4),
+        ("deploye*", 1),
+        ("déploi*", 1),
+        ("dep*", 4),
+        ("de*", 4),
+        ("deploy* NOT crashed", 3),
+        ("deploy* AND conf*", 0),
+        ("conf* OR router", 4),
+        ("zzqx*", 0),
+        ("router NOT zzqx*", 3),
+        ("\"deploy script\"*", 1),
+        ("\"the deploy\"*", 2),
+    ];
+    let mut wrong = Vec::new();
+    for (input, expected) in table {
+        let hits = search(&store, input).await;
+        if hits.len() != *expected {
+            wrong.push(format!("{input:?}: {} hits, expected {expected}", hits.len()));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+    // Every word a prefix stood for is marked in the snippet.
+    let hits = search(&store, "deploy*").await;
+    let marked = hits.iter().find(|h| h.snippet.contains("**Deployed**")).expect("Deployed");
+    assert!(marked.snippet.contains("**DEPLOYER**"), "{:?}", marked.snippet);
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
