@@ -145,8 +145,11 @@ pub(crate) async fn index_chunk(
     .await?;
     let Some(target) = target else { return Ok((0, false)) };
     let indexed = sqlx::query(
-        "INSERT INTO messages_fts (rowid, content, tool_name)
-         SELECT id, content, coalesce(tool_name, '') FROM messages WHERE id > ? AND id <= ?",
+        "INSERT INTO messages_fts (rowid, system_text, user_text, assistant_text, tool_text,
+                                   tool_name, source, author, session)
+         SELECT id, system_text, user_text, assistant_text, tool_text, tool_name, source,
+                author, session
+         FROM messages_search WHERE id > ? AND id <= ?",
     )
     .bind(upto)
     .bind(target)

@@ -74,23 +74,35 @@ pub struct SearchHit {
 /// chat history the best hits are almost always among the recent ones.
 const RANK_WINDOW: i64 = 2000;
 
-/// Joins and conditions for the filters (bound as ?2 to ?5), only when a filter is set: the
-/// joins cost a lookup per match.
-fn filters(index: &str, query: &SearchQuery) -> (String, &'static str) {
-    let any = query.source.is_some()
-        || query.role.is_some()
-        || query.user_id.is_some()
-        || query.session_id.is_some();
-    if !any {
-        // Still names ?2 to ?5 (all NULL here): parameters are bound by number, and a gap in
-        // the numbering would shift the later ones.
-        return (String::new(), "AND ?2 IS NULL AND ?3 IS NULL AND ?4 IS NULL AND ?5 IS NULL");
+/// The word index's columns that hold text: all of them, or the one of a role.
+fn text_columns(role: Option<Role>) -> &'static str {
+    match role {
+        None => "system_text user_text assistant_text tool_text tool_name",
+        Some(Role::System) => "system_text",
+        Some(Role::User) => "user_text",
+        Some(Role::Assistant) => "assistant_text",
+        Some(Role::Tool) => "tool_text tool_name",
     }
-    (
-        format!("JOIN messages m ON m.id = {index}.rowid JOIN sessions s ON s.id = m.session_id"),
-        "AND (?2 IS NULL OR s.source = ?2) AND (?3 IS NULL OR m.role = ?3)
-         AND (?4 IS NULL OR s.user_id = ?4) AND (?5 IS NULL OR m.session_id = ?5)",
-    )
+}
+
+/// The filters other than the role as FTS5 terms of their columns, if any is set.
+fn narrowing(query: &SearchQuery) -> Option<String> {
+    let mut terms = Vec::new();
+    if let Some(source) = query.source {
+        terms.push(format!("source : \"{}\"", source.as_str()));
+    }
+    if let Some(user) = &query.user_id {
+        terms.push(format!("author : \"u{}\"", hex(user)));
+    }
+    if let Some(session) = &query.session_id {
+        terms.push(format!("session : \"s{}\"", hex(session)));
+    }
+    (!terms.is_empty()).then(|| terms.join(" AND "))
+}
+
+/// What SQLite's `hex()` makes of the text: its UTF-8 bytes in hex.
+fn hex(text: &str) -> String {
+    text.bytes().map(|b| format!("{b:02X}")).collect()
 }
 
 /// Literal substring search, newest first, for words the trigram index cannot find (shorter
@@ -121,8 +133,7 @@ impl Store {
             self.index_pending().await?;
         }
         let words = self.expand_prefixes(&items).await?;
-        let mut hits =
-            self.ranked_search("messages_fts", words.as_deref().unwrap_or(&fts), query).await?;
+        let mut hits = self.word_search(words.as_deref().unwrap_or(&fts), query).await?;
         if query.text.chars().any(is_cjk) {
             let short = items
                 .iter()
@@ -136,7 +147,7 @@ impl Store {
                 }
                 found
             } else {
-                self.ranked_search("messages_cjk", &fts, query).await?
+                self.trigram_search(&fts, query).await?
             };
             for hit in more {
                 if !hits.iter().any(|h| h.message_id == hit.message_id) {
@@ -148,42 +159,95 @@ impl Store {
         Ok(hits)
     }
 
-    /// BM25-ranked hits in `index` among the newest [`RANK_WINDOW`] matches, snippets made
-    /// for the returned hits only.
-    async fn ranked_search(
+    /// BM25-ranked hits of the word index among the newest [`RANK_WINDOW`] matches. The
+    /// filters are part of the match (see the migration `search_filters`): a role picks the
+    /// text column, the others are tokens of their own columns.
+    async fn word_search(
         &self,
-        index: &str,
         fts: &str,
         query: &SearchQuery,
     ) -> Result<Vec<SearchHit>, StoreError> {
-        let (joins, conditions) = filters(index, query);
-        // One walk over the matches, newest first, scoring each; the inner LIMIT keeps it a
-        // walk that stops (a subquery with a LIMIT is not flattened into the outer ORDER BY).
-        let ranked: Vec<(i64, f64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        let text = format!("{{{}}} : ({fts})", text_columns(query.role));
+        let ranked: Vec<(i64, f64)> = match narrowing(query) {
+            // One walk over the matches, newest first, scoring each; the inner LIMIT keeps it
+            // a walk that stops (a subquery with a LIMIT is not flattened into the ORDER BY).
+            None => sqlx::query_as(
+                "SELECT id, rank FROM (
+                     SELECT rowid AS id, bm25(messages_fts) AS rank FROM messages_fts
+                     WHERE messages_fts MATCH ?1 ORDER BY rowid DESC LIMIT ?2)
+                 ORDER BY rank, id DESC LIMIT ?3",
+            )
+            .bind(&text)
+            .bind(RANK_WINDOW)
+            .bind(i64::from(query.limit)),
+            // The window is found with the filters, and scored without them: bm25 counts the
+            // documents of every phrase it is given, and a filter's token is in a quarter of
+            // the store.
+            Some(narrowing) => sqlx::query_as(
+                "WITH newest AS MATERIALIZED (
+                     SELECT rowid AS id FROM messages_fts WHERE messages_fts MATCH ?2
+                     ORDER BY rowid DESC LIMIT ?3)
+                 SELECT rowid AS id, bm25(messages_fts) AS rank FROM messages_fts
+                 WHERE messages_fts MATCH ?1 AND rowid >= (SELECT min(id) FROM newest)
+                   AND +rowid IN newest
+                 ORDER BY rank, rowid DESC LIMIT ?4",
+            )
+            .bind(&text)
+            .bind(format!("{text} AND {narrowing}"))
+            .bind(RANK_WINDOW)
+            .bind(i64::from(query.limit)),
+        }
+        .fetch_all(&self.inner.pool)
+        .await?;
+        self.hits("messages_fts", &text, ranked, query).await
+    }
+
+    /// BM25-ranked hits of the trigram index among the newest [`RANK_WINDOW`] matches; it
+    /// holds few messages, so its filters are plain joins.
+    async fn trigram_search(
+        &self,
+        fts: &str,
+        query: &SearchQuery,
+    ) -> Result<Vec<SearchHit>, StoreError> {
+        let ranked: Vec<(i64, f64)> = sqlx::query_as(
             "SELECT id, rank FROM (
-                 SELECT {index}.rowid AS id, bm25({index}) AS rank FROM {index} {joins}
-                 WHERE {index} MATCH ?1 {conditions}
-                 ORDER BY {index}.rowid DESC LIMIT ?6)
-             ORDER BY rank, id DESC LIMIT ?7"
-        )))
-        .bind(fts.to_owned())
+                 SELECT messages_cjk.rowid AS id, bm25(messages_cjk) AS rank FROM messages_cjk
+                 JOIN messages m ON m.id = messages_cjk.rowid
+                 JOIN sessions s ON s.id = m.session_id
+                 WHERE messages_cjk MATCH ?1
+                   AND (?2 IS NULL OR s.source = ?2) AND (?3 IS NULL OR m.role = ?3)
+                   AND (?4 IS NULL OR s.user_id = ?4) AND (?5 IS NULL OR m.session_id = ?5)
+                 ORDER BY messages_cjk.rowid DESC LIMIT ?6)
+             ORDER BY rank, id DESC LIMIT ?7",
+        )
+        .bind(fts)
         .bind(query.source.map(Platform::as_str))
         .bind(query.role.map(Role::as_str))
-        .bind(query.user_id.clone())
-        .bind(query.session_id.clone())
+        .bind(query.user_id.as_deref())
+        .bind(query.session_id.as_deref())
         .bind(RANK_WINDOW)
         .bind(i64::from(query.limit))
         .fetch_all(&self.inner.pool)
         .await?;
-        let (Some(low), Some(high)) =
-            (ranked.iter().map(|r| r.0).min(), ranked.iter().map(|r| r.0).max())
-        else {
+        self.hits("messages_cjk", fts, ranked, query).await
+    }
+
+    /// The details and snippets of ranked hits, in rank order.
+    ///
+    /// They are read by walking the match once over the hits' range of ids: FTS5 would
+    /// evaluate the whole query again for every value of `rowid IN (...)`. The `+` keeps the
+    /// list a plain filter on that walk, checked before any snippet is made.
+    async fn hits(
+        &self,
+        index: &str,
+        fts: &str,
+        ranked: Vec<(i64, f64)>,
+        query: &SearchQuery,
+    ) -> Result<Vec<SearchHit>, StoreError> {
+        let ids: Vec<i64> = ranked.iter().map(|r| r.0).collect();
+        let (Some(&low), Some(&high)) = (ids.iter().min(), ids.iter().max()) else {
             return Ok(Vec::new());
         };
-        // The hits are fetched by walking the match once over their range of ids: FTS5 would
-        // evaluate the whole query again for every value of `rowid IN (...)`. The `+` keeps
-        // the list a plain filter on that walk, checked before any snippet is made.
-        let ids = serde_json::to_string(&ranked.iter().map(|r| r.0).collect::<Vec<_>>())?;
         let mut found = sqlx::query_as::<_, SearchHit>(sqlx::AssertSqlSafe(format!(
             "SELECT m.id AS message_id, m.session_id, s.source, s.title, m.role, m.created_at,
                     snippet({index}, -1, ?2, ?3, '…', 16) AS snippet, 0.0 AS rank
@@ -198,7 +262,7 @@ impl Store {
         .bind(query.mark_close.clone())
         .bind(low)
         .bind(high)
-        .bind(ids)
+        .bind(serde_json::to_string(&ids)?)
         .fetch_all(&self.inner.pool)
         .await?;
         let mut hits = Vec::with_capacity(ranked.len());
@@ -225,7 +289,10 @@ impl Store {
                 continue;
             }
             let terms: Vec<String> = sqlx::query_scalar(
-                "SELECT term FROM messages_terms WHERE term >= ?1 AND term < ?2 LIMIT ?3",
+                "SELECT DISTINCT term FROM messages_terms
+                 WHERE term >= ?1 AND term < ?2
+                   AND col IN ('system_text', 'user_text', 'assistant_text', 'tool_text', 'tool_name')
+                 LIMIT ?3",
             )
             .bind(low)
             .bind(high)

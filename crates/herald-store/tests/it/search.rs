@@ -137,6 +137,50 @@ async fn filters_narrow_the_hits() {
     assert!(nobody.is_empty());
     let limited = store.search(&SearchQuery { limit: 1, ..SearchQuery::new("router") }).await;
     assert_eq!(limited.unwrap().len(), 1);
+    // Filters combine, and a role filter finds the tool's name as well as its text.
+    let tool = store.search(&query(|q| q.role = Some(Role::Tool))).await.unwrap();
+    assert!(tool.is_empty(), "v2.1 is not in the tool's result: {tool:?}");
+    let named = |q: &mut SearchQuery| {
+        q.text = "current_time".into();
+        q.role = Some(Role::Tool);
+        q.source = Some(Platform::Slack);
+        q.user_id = Some("bob".into());
+    };
+    let mut by_name = SearchQuery::new("");
+    named(&mut by_name);
+    assert_eq!(store.search(&by_name).await.unwrap().len(), 1);
+    by_name.source = Some(Platform::Telegram);
+    assert!(store.search(&by_name).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_session_filter_and_deletes_keep_the_filters_exact() {
+    let (store, _dir) = corpus().await;
+    let router = search(&store, "router").await;
+    let slack = router.iter().find(|h| h.source == Platform::Slack).unwrap().session_id.clone();
+    let mut in_session = SearchQuery::new("router");
+    in_session.session_id = Some(slack.clone());
+    let hits = store.search(&in_session).await.unwrap();
+    assert_eq!(hits.len(), 2);
+    assert!(hits.iter().all(|h| h.session_id == slack));
+    // What a filter matches on is not text: the platform, the role and the ids are not hits.
+    for text in ["slack", "telegram", "user", "assistant", "bob", "alice", slack.as_str()] {
+        assert!(search(&store, text).await.is_empty(), "{text:?} matched a filter column");
+    }
+    // An id that only starts like another one is another id.
+    let mut prefix = SearchQuery::new("router");
+    prefix.user_id = Some("bo".into());
+    assert!(store.search(&prefix).await.unwrap().is_empty());
+    // Undoing messages and deleting a session take them out of the index, exactly.
+    store.index_pending().await.unwrap();
+    let alice = search(&store, "deploy").await[0].session_id.clone();
+    assert!(store.undo_last_exchange(&alice).await.unwrap() > 0);
+    assert!(store.health().await.unwrap().search_index_ok);
+    store.delete_session(&slack).await.unwrap();
+    assert!(store.search(&in_session).await.unwrap().is_empty());
+    assert_eq!(search(&store, "router").await.len(), 1);
+    let health = store.health().await.unwrap();
+    assert!(health.search_index_ok, "{health:?}");
 }
 
 #[tokio::test]
