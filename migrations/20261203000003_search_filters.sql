@@ -4,9 +4,13 @@
 --
 -- * The text goes to one column per role (system_text, user_text, assistant_text, tool_text):
 --   a role filter is a column filter, which costs nothing.
--- * source holds the session's platform (one word); author and session hold the session's user
---   id and the session id as one token each ('u' or 's' and the hex of the id, none for a
---   session without a user), so that matching the token is matching the whole id exactly.
+-- * source holds the session's platform; author and session hold the session's user id and
+--   the session id as one token each ('u' or 's' and the hex of the id; none for a session
+--   without a user), so that matching the token is matching the whole id exactly. Each of
+--   these tokens starts with U+E000, a private-use character: the tokenizer keeps it in the
+--   token (unicode61 counts private use as part of words) and the store takes it out of
+--   whatever a person types, so typed words never match these columns and a search needs no
+--   column filter unless it is narrowed by role.
 --
 -- The index reads its text through the view messages_search. The session's columns come from
 -- sessions, so removing an indexed message from the index needs its session: a session being
@@ -30,9 +34,9 @@ SELECT m.id,
        CASE m.role WHEN 'assistant' THEN m.content END AS assistant_text,
        CASE m.role WHEN 'tool' THEN m.content END AS tool_text,
        coalesce(m.tool_name, '') AS tool_name,
-       s.source,
-       coalesce('u' || hex(s.user_id), '') AS author,
-       's' || hex(m.session_id) AS session
+       char(57344) || s.source AS source,
+       coalesce(char(57344) || 'u' || hex(s.user_id), '') AS author,
+       char(57344) || 's' || hex(m.session_id) AS session
 FROM messages m
 JOIN sessions s ON s.id = m.session_id;
 
@@ -60,8 +64,9 @@ WHEN old.id <= (SELECT upto FROM search_cursor WHERE name = 'messages')
            CASE old.role WHEN 'user' THEN old.content END,
            CASE old.role WHEN 'assistant' THEN old.content END,
            CASE old.role WHEN 'tool' THEN old.content END,
-           coalesce(old.tool_name, ''), s.source, coalesce('u' || hex(s.user_id), ''),
-           's' || hex(old.session_id)
+           coalesce(old.tool_name, ''), char(57344) || s.source,
+           coalesce(char(57344) || 'u' || hex(s.user_id), ''),
+           char(57344) || 's' || hex(old.session_id)
     FROM sessions s WHERE s.id = old.session_id;
 END;
 
@@ -74,8 +79,9 @@ WHEN old.id <= (SELECT upto FROM search_cursor WHERE name = 'messages') BEGIN
            CASE old.role WHEN 'user' THEN old.content END,
            CASE old.role WHEN 'assistant' THEN old.content END,
            CASE old.role WHEN 'tool' THEN old.content END,
-           coalesce(old.tool_name, ''), s.source, coalesce('u' || hex(s.user_id), ''),
-           's' || hex(old.session_id)
+           coalesce(old.tool_name, ''), char(57344) || s.source,
+           coalesce(char(57344) || 'u' || hex(s.user_id), ''),
+           char(57344) || 's' || hex(old.session_id)
     FROM sessions s WHERE s.id = old.session_id;
     INSERT INTO messages_fts (rowid, system_text, user_text, assistant_text, tool_text,
                               tool_name, source, author, session)
@@ -103,8 +109,9 @@ CREATE TRIGGER sessions_fts_update AFTER UPDATE OF source, user_id ON sessions B
            CASE m.role WHEN 'user' THEN m.content END,
            CASE m.role WHEN 'assistant' THEN m.content END,
            CASE m.role WHEN 'tool' THEN m.content END,
-           coalesce(m.tool_name, ''), old.source, coalesce('u' || hex(old.user_id), ''),
-           's' || hex(old.id)
+           coalesce(m.tool_name, ''), char(57344) || old.source,
+           coalesce(char(57344) || 'u' || hex(old.user_id), ''),
+           char(57344) || 's' || hex(old.id)
     FROM messages m
     WHERE m.session_id = old.id
       AND m.id <= (SELECT upto FROM search_cursor WHERE name = 'messages');

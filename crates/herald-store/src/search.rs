@@ -74,28 +74,31 @@ pub struct SearchHit {
 /// chat history the best hits are almost always among the recent ones.
 const RANK_WINDOW: i64 = 2000;
 
-/// The word index's columns that hold text: all of them, or the one of a role.
-fn text_columns(role: Option<Role>) -> &'static str {
+/// The word index's columns that hold the text of a role's messages.
+fn role_columns(role: Role) -> &'static str {
     match role {
-        None => "system_text user_text assistant_text tool_text tool_name",
-        Some(Role::System) => "system_text",
-        Some(Role::User) => "user_text",
-        Some(Role::Assistant) => "assistant_text",
-        Some(Role::Tool) => "tool_text tool_name",
+        Role::System => "system_text",
+        Role::User => "user_text",
+        Role::Assistant => "assistant_text",
+        Role::Tool => "tool_text tool_name",
     }
 }
+
+/// Starts every token of the word index's filter columns, and is taken out of typed text, so
+/// that typed words never match a filter (see the migration `search_filters`).
+const FILTER_MARK: char = '\u{E000}';
 
 /// The filters other than the role as FTS5 terms of their columns, if any is set.
 fn narrowing(query: &SearchQuery) -> Option<String> {
     let mut terms = Vec::new();
     if let Some(source) = query.source {
-        terms.push(format!("source : \"{}\"", source.as_str()));
+        terms.push(format!("source : \"{FILTER_MARK}{}\"", source.as_str()));
     }
     if let Some(user) = &query.user_id {
-        terms.push(format!("author : \"u{}\"", hex(user)));
+        terms.push(format!("author : \"{FILTER_MARK}u{}\"", hex(user)));
     }
     if let Some(session) = &query.session_id {
-        terms.push(format!("session : \"s{}\"", hex(session)));
+        terms.push(format!("session : \"{FILTER_MARK}s{}\"", hex(session)));
     }
     (!terms.is_empty()).then(|| terms.join(" AND "))
 }
@@ -167,7 +170,10 @@ impl Store {
         fts: &str,
         query: &SearchQuery,
     ) -> Result<Vec<SearchHit>, StoreError> {
-        let text = format!("{{{}}} : ({fts})", text_columns(query.role));
+        let text = match query.role {
+            Some(role) => format!("{{{}}} : ({fts})", role_columns(role)),
+            None => fts.to_owned(),
+        };
         let ranked: Vec<(i64, f64)> = match narrowing(query) {
             // One walk over the matches, newest first, scoring each; the inner LIMIT keeps it
             // a walk that stops (a subquery with a LIMIT is not flattened into the ORDER BY).
@@ -236,7 +242,8 @@ impl Store {
     ///
     /// They are read by walking the match once over the hits' range of ids: FTS5 would
     /// evaluate the whole query again for every value of `rowid IN (...)`. The `+` keeps the
-    /// list a plain filter on that walk, checked before any snippet is made.
+    /// list a plain filter on that walk, checked before any snippet is made, and the LIMIT
+    /// ends the walk at the last hit (FTS5 would look on for a next match past the range).
     async fn hits(
         &self,
         index: &str,
@@ -255,7 +262,8 @@ impl Store {
              CROSS JOIN messages m ON m.id = {index}.rowid
              CROSS JOIN sessions s ON s.id = m.session_id
              WHERE {index} MATCH ?1 AND {index}.rowid BETWEEN ?4 AND ?5
-               AND +{index}.rowid IN (SELECT value FROM json_each(?6))"
+               AND +{index}.rowid IN (SELECT value FROM json_each(?6))
+             LIMIT ?7"
         )))
         .bind(fts.to_owned())
         .bind(query.mark_open.clone())
@@ -263,6 +271,7 @@ impl Store {
         .bind(low)
         .bind(high)
         .bind(serde_json::to_string(&ids)?)
+        .bind(ids.len() as i64)
         .fetch_all(&self.inner.pool)
         .await?;
         let mut hits = Vec::with_capacity(ranked.len());
@@ -473,7 +482,7 @@ fn literal_snippet(content: &str, words: &[String], query: &SearchQuery) -> Stri
 /// Splits typed text into phrases and operators.
 fn items(input: &str) -> Vec<Item> {
     let mut items = Vec::new();
-    let mut chars = input.chars().peekable();
+    let mut chars = input.chars().map(|c| if c == FILTER_MARK { ' ' } else { c }).peekable();
     while let Some(&c) = chars.peek() {
         if c.is_whitespace() || c == '(' || c == ')' {
             chars.next();

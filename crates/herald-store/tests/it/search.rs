@@ -164,7 +164,10 @@ async fn a_session_filter_and_deletes_keep_the_filters_exact() {
     assert_eq!(hits.len(), 2);
     assert!(hits.iter().all(|h| h.session_id == slack));
     // What a filter matches on is not text: the platform, the role and the ids are not hits.
-    for text in ["slack", "telegram", "user", "assistant", "bob", "alice", slack.as_str()] {
+    // Filter tokens start with U+E000, which typed text cannot carry in.
+    let typed = ["slack", "telegram", "user", "assistant", "bob", "alice", slack.as_str()];
+    let marked = ["\u{E000}slack", "\u{E000}telegram", "\u{E000}u626F62", "\u{E000}u626F62*"];
+    for text in typed.into_iter().chain(marked) {
         assert!(search(&store, text).await.is_empty(), "{text:?} matched a filter column");
     }
     // An id that only starts like another one is another id.
