@@ -16,7 +16,8 @@ use crate::open::Store;
 use crate::time::now_ms;
 use crate::write::write_tx;
 
-/// How long the writer must have been quiet before the background indexer takes its turn.
+/// How long the database must have been quiet (no message written by this process or any
+/// other) before the background indexer takes its turn.
 const IDLE: Duration = Duration::from_millis(200);
 /// Above this many unindexed messages of this process, index even while writes keep coming, so
 /// the index never trails a sustained load by more than a few seconds of work.
@@ -84,10 +85,16 @@ impl Store {
 
     async fn index_until_caught_up(&self) {
         let indexer = &self.inner.indexer;
+        // The newest message id seen at the last look: another process still writing moves
+        // it, and indexing then waits, as it does for this process's own writes.
+        let mut newest = None;
         loop {
             tokio::time::sleep(IDLE).await;
             let since_write = now_ms() - indexer.last_write_ms.load(Ordering::Relaxed);
-            let quiet = since_write >= IDLE.as_millis() as i64;
+            let now_newest = self.newest_message_id().await.ok();
+            let others_quiet = newest.is_some() && now_newest == newest;
+            newest = now_newest;
+            let quiet = since_write >= IDLE.as_millis() as i64 && others_quiet;
             if !quiet && indexer.backlog.load(Ordering::Relaxed) < FORCE_BACKLOG {
                 continue;
             }
@@ -115,6 +122,15 @@ impl Store {
 }
 
 impl Store {
+    /// The highest message id ever given out, by any process (AUTOINCREMENT keeps it).
+    async fn newest_message_id(&self) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'messages'), 0)",
+        )
+        .fetch_one(&self.inner.pool)
+        .await?)
+    }
+
     /// Copies the WAL back into the database while nobody is waiting on a write. PASSIVE never
     /// blocks writers or readers; what it cannot copy now waits for the next quiet moment.
     async fn checkpoint(&self) {
