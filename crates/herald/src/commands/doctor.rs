@@ -126,8 +126,13 @@ fn store_checks(health: &Health) -> Vec<Check> {
             "FTS5 search index present and consistent ({} messages waiting to be indexed)",
             health.unindexed
         ),
-        (true, false) => "the search index does not match the messages; run \
-             `sqlite3 STATE_DB \"INSERT INTO messages_fts(messages_fts) VALUES('rebuild')\"`"
+        // Emptied with the cursor at 0, the indexes are refilled by herald's own deferred
+        // indexer; FTS5's 'rebuild' would index messages above the cursor, which the indexer
+        // then adds a second time.
+        (true, false) => "the search index does not match the messages; empty it with \
+             `sqlite3 STATE_DB \"INSERT INTO messages_fts(messages_fts) VALUES('delete-all'); \
+             INSERT INTO messages_cjk(messages_cjk) VALUES('delete-all'); \
+             UPDATE search_cursor SET upto = 0\"` and the next search re-indexes every message"
             .to_owned(),
         (false, _) => {
             "FTS5 or the search index is missing; this SQLite cannot search messages".to_owned()
