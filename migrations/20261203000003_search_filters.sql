@@ -12,10 +12,10 @@
 --   whatever a person types, so typed words never match these columns and a search needs no
 --   column filter unless it is narrowed by role.
 --
--- The index reads its text through the view messages_search. The session's columns come from
--- sessions, so removing an indexed message from the index needs its session: a session being
--- deleted takes its messages out of the index first (BEFORE DELETE), and the message trigger
--- leaves alone the messages whose session is already gone (the cascade of that delete).
+-- The index reads its text through the view messages_search, and so do the triggers that keep
+-- it current: values leave the index read through the view before a change (BEFORE triggers)
+-- and enter it after. The session's columns come from sessions, so a session being deleted
+-- takes its messages out of the index first, while the view still shows them.
 --
 -- The index is rebuilt by the deferred indexer: the cursor starts again at 0, and the first
 -- search (or the background indexer) indexes every message again, in chunks.
@@ -54,35 +54,31 @@ CREATE VIRTUAL TABLE messages_fts USING fts5 (
     tokenize = 'unicode61 remove_diacritics 2'
 );
 
-CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages
-WHEN old.id <= (SELECT upto FROM search_cursor WHERE name = 'messages')
- AND EXISTS (SELECT 1 FROM sessions WHERE id = old.session_id) BEGIN
-    INSERT INTO messages_fts (messages_fts, rowid, system_text, user_text, assistant_text,
-                              tool_text, tool_name, source, author, session)
-    SELECT 'delete', old.id,
-           CASE old.role WHEN 'system' THEN old.content END,
-           CASE old.role WHEN 'user' THEN old.content END,
-           CASE old.role WHEN 'assistant' THEN old.content END,
-           CASE old.role WHEN 'tool' THEN old.content END,
-           coalesce(old.tool_name, ''), char(57344) || s.source,
-           coalesce(char(57344) || 'u' || hex(s.user_id), ''),
-           char(57344) || 's' || hex(old.session_id)
-    FROM sessions s WHERE s.id = old.session_id;
-END;
-
-CREATE TRIGGER messages_fts_update AFTER UPDATE OF content, tool_name, role, session_id ON messages
+-- Removal reads the indexed values through the view while the row is still there (BEFORE);
+-- a message whose session is already gone (the cascade of a session delete) is not in the
+-- view, and its session's trigger below took it out of the index already.
+CREATE TRIGGER messages_fts_delete BEFORE DELETE ON messages
 WHEN old.id <= (SELECT upto FROM search_cursor WHERE name = 'messages') BEGIN
     INSERT INTO messages_fts (messages_fts, rowid, system_text, user_text, assistant_text,
                               tool_text, tool_name, source, author, session)
-    SELECT 'delete', old.id,
-           CASE old.role WHEN 'system' THEN old.content END,
-           CASE old.role WHEN 'user' THEN old.content END,
-           CASE old.role WHEN 'assistant' THEN old.content END,
-           CASE old.role WHEN 'tool' THEN old.content END,
-           coalesce(old.tool_name, ''), char(57344) || s.source,
-           coalesce(char(57344) || 'u' || hex(s.user_id), ''),
-           char(57344) || 's' || hex(old.session_id)
-    FROM sessions s WHERE s.id = old.session_id;
+    SELECT 'delete', id, system_text, user_text, assistant_text, tool_text, tool_name, source,
+           author, session
+    FROM messages_search WHERE id = old.id;
+END;
+
+CREATE TRIGGER messages_fts_update_old BEFORE UPDATE OF content, tool_name, role, session_id
+ON messages
+WHEN old.id <= (SELECT upto FROM search_cursor WHERE name = 'messages') BEGIN
+    INSERT INTO messages_fts (messages_fts, rowid, system_text, user_text, assistant_text,
+                              tool_text, tool_name, source, author, session)
+    SELECT 'delete', id, system_text, user_text, assistant_text, tool_text, tool_name, source,
+           author, session
+    FROM messages_search WHERE id = old.id;
+END;
+
+CREATE TRIGGER messages_fts_update_new AFTER UPDATE OF content, tool_name, role, session_id
+ON messages
+WHEN new.id <= (SELECT upto FROM search_cursor WHERE name = 'messages') BEGIN
     INSERT INTO messages_fts (rowid, system_text, user_text, assistant_text, tool_text,
                               tool_name, source, author, session)
     SELECT id, system_text, user_text, assistant_text, tool_text, tool_name, source, author,
@@ -101,20 +97,17 @@ CREATE TRIGGER sessions_fts_delete BEFORE DELETE ON sessions BEGIN
       AND id <= (SELECT upto FROM search_cursor WHERE name = 'messages');
 END;
 
-CREATE TRIGGER sessions_fts_update AFTER UPDATE OF source, user_id ON sessions BEGIN
+CREATE TRIGGER sessions_fts_update_old BEFORE UPDATE OF source, user_id ON sessions BEGIN
     INSERT INTO messages_fts (messages_fts, rowid, system_text, user_text, assistant_text,
                               tool_text, tool_name, source, author, session)
-    SELECT 'delete', m.id,
-           CASE m.role WHEN 'system' THEN m.content END,
-           CASE m.role WHEN 'user' THEN m.content END,
-           CASE m.role WHEN 'assistant' THEN m.content END,
-           CASE m.role WHEN 'tool' THEN m.content END,
-           coalesce(m.tool_name, ''), char(57344) || old.source,
-           coalesce(char(57344) || 'u' || hex(old.user_id), ''),
-           char(57344) || 's' || hex(old.id)
-    FROM messages m
-    WHERE m.session_id = old.id
-      AND m.id <= (SELECT upto FROM search_cursor WHERE name = 'messages');
+    SELECT 'delete', id, system_text, user_text, assistant_text, tool_text, tool_name, source,
+           author, session
+    FROM messages_search
+    WHERE session_id = old.id
+      AND id <= (SELECT upto FROM search_cursor WHERE name = 'messages');
+END;
+
+CREATE TRIGGER sessions_fts_update_new AFTER UPDATE OF source, user_id ON sessions BEGIN
     INSERT INTO messages_fts (rowid, system_text, user_text, assistant_text, tool_text,
                               tool_name, source, author, session)
     SELECT id, system_text, user_text, assistant_text, tool_text, tool_name, source, author,
