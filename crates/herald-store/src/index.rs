@@ -36,6 +36,12 @@ pub(crate) struct Indexer {
 impl Store {
     /// Indexes every message not yet searchable; returns how many were indexed.
     pub async fn index_pending(&self) -> Result<u64, StoreError> {
+        // A read first: with nothing pending (every close of a read-only CLI command), no
+        // write lock is taken, so another process holding it delays nothing.
+        if !self.unindexed_exists().await? {
+            self.inner.indexer.backlog.store(0, Ordering::Relaxed);
+            return Ok(0);
+        }
         let mut total = 0;
         loop {
             let (indexed, more) = write_tx!(self, |conn| index_chunk(conn, CHUNK * 4))?;
@@ -45,6 +51,16 @@ impl Store {
                 return Ok(total);
             }
         }
+    }
+
+    /// Whether any message is stored but not yet in the search indexes.
+    async fn unindexed_exists(&self) -> Result<bool, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM messages
+             WHERE id > (SELECT upto FROM search_cursor WHERE name = 'messages'))",
+        )
+        .fetch_one(&self.inner.pool)
+        .await?)
     }
 
     /// Messages stored but not yet in the search indexes.

@@ -132,9 +132,7 @@ impl Store {
         let items = items(&query.text);
         let Some(fts) = render_fts(&items) else { return Ok(Vec::new()) };
         // Whatever was committed is searchable: catch the deferred index up first.
-        if self.unindexed().await? > 0 {
-            self.index_pending().await?;
-        }
+        self.index_pending().await?;
         let words = self.expand_prefixes(&items).await?;
         let mut hits = self.word_search(words.as_deref().unwrap_or(&fts), query).await?;
         if query.text.chars().any(is_cjk) {

@@ -1,7 +1,7 @@
 use std::time::{Duration, Instant};
 
 use herald_core::Platform;
-use herald_store::{Store, StoreError, StoreOptions};
+use herald_store::{SearchQuery, Store, StoreError, StoreOptions};
 use sqlx::{Connection, SqliteConnection};
 
 use crate::{session_for, turn};
@@ -99,4 +99,25 @@ async fn herald_writers_queue_on_the_lock_file_within_patience() {
         &std::fs::metadata(dir.path().join("state.db-lock")).unwrap().permissions(),
     );
     assert_eq!(mode & 0o777, 0o600);
+}
+
+#[tokio::test]
+async fn reads_and_closing_need_no_write_lock_when_the_index_is_caught_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let store = Store::open(options(&path, 50, 300)).await.unwrap();
+    let session = store.create_session(&session_for(Platform::Cli, "me")).await.unwrap();
+    store.append_messages(&session.id, turn(1)).await.unwrap();
+    store.index_pending().await.unwrap();
+
+    // Another process (the gateway, say) holds the write lock past this store's patience:
+    // a search, an index catch-up and a close with nothing to index still go through.
+    let mut holder = other_connection(&path).await;
+    sqlx::query("BEGIN IMMEDIATE").execute(&mut holder).await.unwrap();
+    let hits = store.search(&SearchQuery::new("answer")).await.unwrap();
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    assert_eq!(store.index_pending().await.unwrap(), 0);
+    store.close().await;
+    sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
+    assert_eq!(store.busy_retries(), 0, "a read waited on the write lock");
 }
