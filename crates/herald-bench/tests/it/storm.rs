@@ -2,9 +2,7 @@
 //! that holds the lock longer than the busy timeout.
 
 use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::thread;
 use std::time::Duration;
 
@@ -14,33 +12,19 @@ use serde_json::Value;
 
 use crate::{bench, open};
 
-/// Holds the write lock from an outside `sqlite3` process, 150 ms at a time with 50 ms gaps,
-/// until `stop` is set; returns how many times it held it.
-fn hold_lock_repeatedly(db: &std::path::Path, stop: Arc<AtomicBool>) -> thread::JoinHandle<u32> {
+/// An outside `sqlite3` process holding the write lock until its stdin gets `COMMIT`.
+fn hold_lock(db: &std::path::Path) -> (Child, ChildStdin) {
     let mut sqlite = Command::new("sqlite3")
         .arg(db)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .expect("the sqlite3 command line shell is installed");
-    thread::spawn(move || {
-        let mut input = sqlite.stdin.take().expect("sqlite3 stdin");
-        let mut output = BufReader::new(sqlite.stdout.take().expect("sqlite3 stdout")).lines();
-        writeln!(input, ".timeout 30000").expect("write to sqlite3");
-        let mut held = 0;
-        while !stop.load(Ordering::Relaxed) {
-            writeln!(input, "BEGIN IMMEDIATE;\n.print locked").expect("write to sqlite3");
-            let line = output.next().expect("sqlite3 output").expect("read sqlite3");
-            assert_eq!(line, "locked");
-            held += 1;
-            thread::sleep(Duration::from_millis(150));
-            writeln!(input, "COMMIT;").expect("write to sqlite3");
-            thread::sleep(Duration::from_millis(50));
-        }
-        drop(input);
-        sqlite.wait().expect("sqlite3 exits");
-        held
-    })
+    let mut input = sqlite.stdin.take().expect("sqlite3 stdin");
+    writeln!(input, "BEGIN IMMEDIATE;\n.print locked").expect("write to sqlite3");
+    let mut output = BufReader::new(sqlite.stdout.take().expect("sqlite3 stdout")).lines();
+    assert_eq!(output.next().expect("sqlite3 output").expect("read sqlite3"), "locked");
+    (sqlite, input)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -49,21 +33,38 @@ async fn four_processes_lose_nothing_and_retry_through_a_held_lock() {
     let db = dir.path().join("storm.db");
     // Created first, so the lock holder has a WAL database to lock.
     open(&db).await.close().await;
-    let stop = Arc::new(AtomicBool::new(false));
-    let holder = hold_lock_repeatedly(&db, stop.clone());
-
-    let output = bench()
+    // The lock is taken before the storm starts and held past its `go` for six busy timeouts:
+    // every chat's first write waits it out through the store's retries. (A lock taken while the
+    // storm runs is not enough: the storm's writers can starve the shell's busy handler.)
+    let (mut sqlite, mut input) = hold_lock(&db);
+    let mut storm = bench()
         .args(["store-storm", "--processes", "4", "--chats", "16", "--turns", "10"])
         .arg("--db")
         .arg(&db)
         .args(["--busy-timeout-ms", "50"])
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("run store-storm");
-    stop.store(true, Ordering::Relaxed);
-    let held = holder.join().expect("lock holder thread");
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let progress = BufReader::new(storm.stderr.take().expect("storm stderr"));
+    let stderr = thread::spawn(move || {
+        let mut seen = String::new();
+        for line in progress.lines() {
+            let line = line.expect("read storm stderr");
+            if line.contains("workers ready, go") {
+                thread::sleep(Duration::from_millis(300));
+                writeln!(input, "COMMIT;").expect("write to sqlite3");
+            }
+            seen.push_str(&line);
+            seen.push('\n');
+        }
+        // Dropping stdin ends the shell, and with it the lock if the storm died before `go`.
+        seen
+    });
+    let output = storm.wait_with_output().expect("run store-storm");
+    let stderr = stderr.join().expect("stderr reader");
+    sqlite.wait().expect("sqlite3 exits");
     assert!(output.status.success(), "store-storm failed: {stderr}");
-    assert!(held > 0);
 
     let stdout = String::from_utf8(output.stdout).expect("utf-8 stdout");
     let lines: Vec<&str> = stdout.lines().collect();
