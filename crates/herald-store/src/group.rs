@@ -156,12 +156,15 @@ impl Store {
 
     async fn flush(&self) {
         let _turn = self.inner.write_lock.lock().await;
-        let batch = std::mem::take(
-            &mut *self.inner.writes.pending.lock().unwrap_or_else(|p| p.into_inner()),
-        );
-        if batch.is_empty() {
+        let queue = || self.inner.writes.pending.lock().unwrap_or_else(|p| p.into_inner());
+        if queue().is_empty() {
             return;
         }
+        let mut backoff = Backoff::start(self);
+        // The lock first, the batch second: what queues while another process holds the lock
+        // rides along in this batch instead of waiting a whole round for the next one.
+        let held = self.inner.process_lock.acquire(&backoff).await;
+        let batch = std::mem::take(&mut *queue());
         let mut appends = Vec::new();
         let mut jobs = Vec::new();
         let mut delivered = Vec::new();
@@ -172,8 +175,7 @@ impl Store {
                 Pending::Delivered { message_id, reply } => delivered.push((message_id, reply)),
             }
         }
-        let mut backoff = Backoff::start(self);
-        let held = match self.inner.process_lock.acquire(&backoff).await {
+        let held = match held {
             Ok(held) => held,
             Err(e) => return fail_all(appends, jobs, delivered, &e),
         };
@@ -198,6 +200,7 @@ impl Store {
                         _ => 0,
                     })
                     .sum();
+                self.committed();
                 self.schedule_indexing(stored);
                 for ((_, reply), result) in appends.into_iter().zip(results) {
                     let _ = reply.send(result);
