@@ -146,17 +146,6 @@ impl Store {
         .fetch_one(&self.inner.pool)
         .await?)
     }
-
-    /// Copies the WAL back into the database while nobody is waiting on a write. PASSIVE never
-    /// blocks writers or readers; what it cannot copy now waits for the next quiet moment.
-    async fn checkpoint(&self) {
-        let _turn = self.inner.write_lock.lock().await;
-        if let Err(e) =
-            sqlx::query("PRAGMA wal_checkpoint(PASSIVE)").execute(&self.inner.pool).await
-        {
-            warn!(error = %e, "WAL checkpoint failed; SQLite will checkpoint on its own later");
-        }
-    }
 }
 
 /// Indexes up to `limit` messages above the cursor inside the caller's transaction; returns

@@ -10,6 +10,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions, SqliteSy
 use sqlx::{Connection, SqliteConnection};
 use tracing::{debug, warn};
 
+use crate::checkpoint::Checkpointer;
 use crate::error::StoreError;
 use crate::group::WriteQueue;
 use crate::index::Indexer;
@@ -61,6 +62,7 @@ pub(crate) struct Inner {
     pub(crate) writes: WriteQueue,
     pub(crate) busy_retries: AtomicU64,
     pub(crate) indexer: Indexer,
+    pub(crate) checkpointer: Checkpointer,
     /// Serializes writers across herald processes (see [`ProcessLock`]).
     pub(crate) process_lock: ProcessLock,
 }
@@ -82,9 +84,9 @@ impl Store {
             // Another process's commit empties this connection's page cache; with the file
             // mapped, the next transaction reads pages straight from the OS cache.
             .pragma("mmap_size", "268435456")
-            // Checkpoints copy the WAL into the database and sync it: the background indexer runs
-            // them when the writer is quiet; this only bounds the WAL under a load that never is.
-            .pragma("wal_autocheckpoint", "10000");
+            // Checkpoints copy the WAL into the database and sync it: herald runs them in the
+            // background (see checkpoint.rs), never inside a commit that holds the write lock.
+            .pragma("wal_autocheckpoint", "0");
 
         // Journal mode and migrations first, on one connection: switching to WAL needs the
         // database to itself, and nothing else should see a half-migrated schema.
@@ -114,6 +116,7 @@ impl Store {
                 writes: WriteQueue::default(),
                 busy_retries: AtomicU64::new(0),
                 indexer: Indexer::default(),
+                checkpointer: Checkpointer::default(),
                 process_lock,
             }),
         })

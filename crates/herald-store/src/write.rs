@@ -26,7 +26,7 @@ macro_rules! write_tx {
             let _turn = store.inner.write_lock.lock().await;
             let mut backoff = $crate::write::Backoff::start(store);
             let _held = store.inner.process_lock.acquire(&backoff).await?;
-            loop {
+            let result = loop {
                 let attempt: Result<_, $crate::error::StoreError> = async {
                     let mut tx = store.inner.pool.begin_with("BEGIN IMMEDIATE").await?;
                     let $conn: &mut sqlx::SqliteConnection = &mut tx;
@@ -39,7 +39,11 @@ macro_rules! write_tx {
                     Err(e) if e.is_retryable() => backoff.wait().await?,
                     done => break done,
                 }
+            };
+            if result.is_ok() {
+                store.committed();
             }
+            result
         }
         .await
     };

@@ -44,3 +44,27 @@ async fn sixty_four_tasks_write_turns_at_once() {
     assert_eq!(listed.len(), TASKS);
     assert_eq!(store.stats().await.unwrap().messages, (TASKS * TURNS * 4) as i64);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wal_is_copied_back_while_writes_keep_coming() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let store = crate::open(&path).await;
+    let session = store.create_session(&session_for(Platform::Cli, "me")).await.unwrap();
+    let size = || std::fs::metadata(&path).unwrap().len();
+    // The database file itself grows only when a checkpoint copies pages into it. Writes never
+    // pause here, so the background indexer (which waits for a quiet moment) never runs: only
+    // the checkpoints that follow commits can make it grow, again and again.
+    let mut sizes = vec![size()];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut n = 0;
+    while sizes.len() < 4 {
+        assert!(std::time::Instant::now() < deadline, "no checkpoint while writing: {sizes:?}");
+        store.append_messages(&session.id, turn(n)).await.unwrap();
+        n += 1;
+        if size() > *sizes.last().unwrap() {
+            sizes.push(size());
+        }
+    }
+    assert_eq!(store.history(&session.id).await.unwrap().len(), n * 4);
+}
