@@ -83,15 +83,21 @@ pub async fn run(args: StormArgs) -> anyhow::Result<Outcome> {
         worker.stdin.flush().await?;
     }
     let mut running = JoinSet::new();
-    for worker in workers {
-        running.spawn(async move { (worker.index, worker.finish().await) });
+    for mut worker in workers {
+        running.spawn(async move {
+            let reported = worker.report().await;
+            (worker, reported)
+        });
     }
     let mut reports = Vec::new();
+    let mut reported = Vec::new();
     let mut failed = 0;
     let mut last_done = started;
     while let Some(joined) = running.join_next().await {
-        match joined.context("a worker supervisor task died")? {
-            (index, Ok((report, done))) => {
+        let (worker, outcome) = joined.context("a worker supervisor task died")?;
+        let index = worker.index;
+        match outcome {
+            Ok((report, done)) => {
                 let own = Latencies::from_micros(report.latencies_us.iter().copied());
                 eprintln!(
                     "store-storm: worker {index} done after {:.2} s: {} turns, p50 {} ms, \
@@ -105,14 +111,25 @@ pub async fn run(args: StormArgs) -> anyhow::Result<Outcome> {
                 );
                 last_done = last_done.max(done);
                 reports.push(report);
+                reported.push(worker);
             }
-            (index, Err(e)) => {
+            Err(e) => {
                 eprintln!("store-storm: worker {index} failed: {e:#}");
                 failed += 1;
             }
         }
     }
     let wall = last_done.duration_since(started).as_secs_f64();
+    // Only now may the workers close their stores (indexing what they wrote): one that
+    // finished early would otherwise hold up the turns of those still writing.
+    let closing: Vec<_> = reported.into_iter().map(WorkerProcess::close).collect();
+    for (index, mut child) in closing {
+        let status = child.wait().await?;
+        if !status.success() {
+            eprintln!("store-storm: worker {index} reported, then exited with {status}");
+            failed += 1;
+        }
+    }
 
     // The workers exited after indexing what they wrote; whatever is left is indexed here.
     let store = Store::open(options).await.context("could not reopen the store to verify it")?;
@@ -205,18 +222,18 @@ impl WorkerProcess {
         }
     }
 
-    /// Waits for the report and a clean exit; returns the report and when it arrived.
-    async fn finish(mut self) -> anyhow::Result<(Report, Instant)> {
-        let (report, done) = loop {
+    /// Waits for the report; returns it and when it arrived.
+    async fn report(&mut self) -> anyhow::Result<(Report, Instant)> {
+        loop {
             if let Event::Done(report) = self.next_event().await? {
-                break (report, Instant::now());
+                return Ok((report, Instant::now()));
             }
-        };
-        drop(self.stdin);
-        let status = self.child.wait().await?;
-        if !status.success() {
-            bail!("worker {} reported, then exited with {status}", self.index);
         }
-        Ok((report, done))
+    }
+
+    /// Closes the worker's stdin, which tells it to close its store and exit.
+    fn close(self) -> (u32, Child) {
+        drop(self.stdin);
+        (self.index, self.child)
     }
 }

@@ -1,5 +1,6 @@
 //! One storm worker process: opens the store, says it is ready, waits for `go`, then runs its
-//! chats concurrently and reports on stdout, one JSON event a line.
+//! chats concurrently and reports on stdout, one JSON event a line; it closes the store once
+//! stdin ends.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -81,12 +82,7 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
         .map(|_| (0..args.turns).map(|_| Turn::synthetic(&mut rand::rng())).collect())
         .collect();
     emit(&Event::Ready)?;
-    // A blocking read on its own thread: nothing else runs before `go`.
-    let line = tokio::task::spawn_blocking(|| {
-        let mut line = String::new();
-        std::io::stdin().read_line(&mut line).map(|_| line)
-    })
-    .await??;
+    let line = read_stdin_line().await?;
     if line.trim() != "go" {
         bail!("worker {}: expected `go` on stdin, got {line:?}", args.index);
     }
@@ -110,10 +106,23 @@ pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
     }
     report.busy_retries = store.busy_retries();
     // Every turn is durable now; the search index may still trail. Report first, then let
-    // close() index what is left: the parent times that as the index catching up.
+    // close() index what is left: the parent times that as the index catching up. Not before
+    // the parent says so (closes stdin), when every worker is done: indexing here while other
+    // workers still write would hold their turns up, and the storm measures turns.
     emit(&Event::Done(report))?;
+    read_stdin_line().await?;
     store.close().await;
     Ok(())
+}
+
+/// One line of stdin (empty at its end), read by a blocking thread.
+async fn read_stdin_line() -> anyhow::Result<String> {
+    let line = tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        std::io::stdin().read_line(&mut line).map(|_| line)
+    })
+    .await??;
+    Ok(line)
 }
 
 /// What one chat task did.

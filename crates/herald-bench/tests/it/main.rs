@@ -27,7 +27,7 @@ pub async fn open(path: &Path) -> Store {
 #[derive(Debug)]
 pub struct Worker {
     pub child: Child,
-    _stdin: ChildStdin,
+    stdin: Option<ChildStdin>,
     lines: Lines<BufReader<ChildStdout>>,
 }
 
@@ -48,13 +48,18 @@ impl Worker {
         let ready = lines.next().expect("a ready line").expect("read worker stdout");
         assert_eq!(ready, r#"{"event":"ready"}"#);
         writeln!(stdin, "go").expect("send go");
-        Worker { child, _stdin: stdin, lines }
+        Worker { child, stdin: Some(stdin), lines }
     }
 
-    /// The next event line, or `None` at the end of the output or at a torn last line.
+    /// The next event line, or `None` at the end of the output or at a torn last line. After
+    /// the `done` event, stdin is closed: the worker closes its store and exits.
     pub fn next_event(&mut self) -> Option<Value> {
         let line = self.lines.next()?.expect("read worker stdout");
-        serde_json::from_str(&line).ok()
+        let event: Value = serde_json::from_str(&line).ok()?;
+        if event["event"] == "done" {
+            self.stdin = None;
+        }
+        Some(event)
     }
 }
 
