@@ -10,6 +10,7 @@ mod checkpoint;
 mod error;
 mod gateway;
 mod group;
+mod history;
 mod index;
 mod messages;
 mod open;

@@ -1,4 +1,4 @@
-//! Messages: appending a turn's delta and reading a session's history back in order.
+//! Messages: appending a turn's delta (reading a history back is in `history.rs`).
 
 use herald_core::{Platform, Role};
 use serde::Serialize;
@@ -242,68 +242,6 @@ impl Store {
             .rows_affected();
             Ok::<_, StoreError>(fresh > 0)
         })
-    }
-
-    /// A session's messages in the order they were written.
-    ///
-    /// Read as one JSON array of positional rows built by SQLite: one value to hand over
-    /// instead of hundreds of rows, which makes reading a long history several times faster
-    /// through the driver (and arrays are cheaper than objects to build and to parse).
-    pub async fn history(&self, session_id: &str) -> Result<Vec<StoredMessage>, StoreError> {
-        let json: String = sqlx::query_scalar(
-            "SELECT coalesce(json_group_array(json_array(
-                        id, role, content, json(tool_calls), tool_call_id, tool_name,
-                        platform_message_id, token_count, created_at) ORDER BY id), '[]')
-             FROM messages WHERE session_id = ?",
-        )
-        .bind(session_id)
-        .fetch_one(&self.inner.pool)
-        .await?;
-        let rows: Vec<HistoryRow> = serde_json::from_str(&json)
-            .map_err(|e| StoreError::Sqlx(sqlx::Error::Decode(Box::new(e))))?;
-        Ok(rows.into_iter().map(|row| row.into_message(session_id)).collect())
-    }
-}
-
-/// One message of [`Store::history`]'s array, in the order of its `json_array`.
-#[derive(serde::Deserialize)]
-struct HistoryRow(
-    i64,
-    Role,
-    String,
-    Option<serde_json::Value>,
-    Option<String>,
-    Option<String>,
-    Option<String>,
-    Option<i64>,
-    i64,
-);
-
-impl HistoryRow {
-    fn into_message(self, session_id: &str) -> StoredMessage {
-        let HistoryRow(
-            id,
-            role,
-            content,
-            tool_calls,
-            tool_call_id,
-            tool_name,
-            platform,
-            tokens,
-            at,
-        ) = self;
-        StoredMessage {
-            id,
-            session_id: session_id.to_owned(),
-            role,
-            content,
-            tool_calls,
-            tool_call_id,
-            tool_name,
-            platform_message_id: platform,
-            token_count: tokens,
-            created_at: at,
-        }
     }
 }
 

@@ -13,6 +13,7 @@ use tracing::{debug, warn};
 use crate::checkpoint::Checkpointer;
 use crate::error::StoreError;
 use crate::group::WriteQueue;
+use crate::history::HistoryCache;
 use crate::index::Indexer;
 use crate::write::ProcessLock;
 
@@ -63,6 +64,7 @@ pub(crate) struct Inner {
     pub(crate) busy_retries: AtomicU64,
     pub(crate) indexer: Indexer,
     pub(crate) checkpointer: Checkpointer,
+    pub(crate) history: HistoryCache,
     /// Serializes writers across herald processes (see [`ProcessLock`]).
     pub(crate) process_lock: ProcessLock,
 }
@@ -117,6 +119,7 @@ impl Store {
                 busy_retries: AtomicU64::new(0),
                 indexer: Indexer::default(),
                 checkpointer: Checkpointer::default(),
+                history: HistoryCache::default(),
                 process_lock,
             }),
         })

@@ -4,6 +4,7 @@
 mod busy;
 mod concurrency;
 mod gateway;
+mod history;
 mod schema;
 mod search;
 mod sessions;
