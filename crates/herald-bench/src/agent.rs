@@ -1,6 +1,7 @@
 //! `agent-overhead`: turns through the agent loop and the store against a model that answers at
 //! once, measuring herald's own time per turn (reading history, building the request, storing
-//! the delta), with the model's time taken out.
+//! the delta), with the model's time taken out. Each session's stored system prompt is read
+//! once, when the session is opened, as the gateway and `herald chat` do.
 
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -50,7 +51,7 @@ struct AgentLine {
     own_p99_ms: f64,
     model_p50_ms: f64,
     turn_p99_ms: f64,
-    /// Reading the prompt and history back from the store.
+    /// Reading the history back from the store.
     read_p50_ms: f64,
     read_p99_ms: f64,
     /// Storing the turn's messages.
@@ -107,7 +108,10 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<Outcome> {
             })
             .collect();
         store.append_messages(&session.id, history).await?;
-        sessions.push(session);
+        // Read back once per session, as the gateway's worker and `herald chat` do when they
+        // open one: the stored text, verbatim, for every turn after.
+        let system_prompt = store.system_prompt(&session.id).await?.unwrap_or_default();
+        sessions.push((session, system_prompt));
     }
     store.index_pending().await?;
 
@@ -118,11 +122,10 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<Outcome> {
     let mut stores = Vec::with_capacity(args.turns as usize);
     let started = Instant::now();
     for turn in 0..args.turns {
-        let session = &sessions[turn as usize % sessions.len()];
+        let (session, system_prompt) = &sessions[turn as usize % sessions.len()];
         let line = vocab.text(&mut rng, 200);
         *provider.spent.lock().unwrap_or_else(|p| p.into_inner()) = Duration::ZERO;
         let began = Instant::now();
-        let system_prompt = store.system_prompt(&session.id).await?.unwrap_or_default();
         let mut history: Vec<Message> =
             store.history(&session.id).await?.into_iter().map(wiring::to_agent).collect();
         history.push(Message::user(line.clone()));
@@ -131,7 +134,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<Outcome> {
             provider: &provider,
             tools: &tools,
             model: FakeModel::MODEL,
-            system_prompt: &system_prompt,
+            system_prompt,
             max_iterations: 8,
         };
         let context = ToolContext {
