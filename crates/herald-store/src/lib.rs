@@ -20,6 +20,7 @@ mod raw;
 mod routes;
 mod search;
 mod sessions;
+mod snippet;
 mod stats;
 mod time;
 mod write;

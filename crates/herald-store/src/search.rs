@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::error::StoreError;
 use crate::open::Store;
+use crate::snippet::Marks;
 
 /// What to search for, and where.
 #[derive(Debug, Clone)]
@@ -134,7 +135,12 @@ impl Store {
         // Whatever was committed is searchable: catch the deferred index up first.
         self.index_pending().await?;
         let words = self.expand_prefixes(&items).await?;
-        let mut hits = self.word_search(words.as_deref().unwrap_or(&fts), query).await?;
+        let marks = Marks::new(items.iter().filter_map(|item| match item {
+            Item::Phrase { text, prefix } => Some((text.as_str(), *prefix)),
+            Item::Op(_) => None,
+        }));
+        let words = words.as_deref().unwrap_or(&fts);
+        let mut hits = self.word_search(words, query, &marks).await?;
         if query.text.chars().any(is_cjk) {
             let short = items
                 .iter()
@@ -167,6 +173,7 @@ impl Store {
         &self,
         fts: &str,
         query: &SearchQuery,
+        marks: &Marks,
     ) -> Result<Vec<SearchHit>, StoreError> {
         let text = match query.role {
             Some(role) => format!("{{{}}} : ({fts})", role_columns(role)),
@@ -203,7 +210,35 @@ impl Store {
         }
         .fetch_all(&self.inner.pool)
         .await?;
-        self.hits("messages_fts", &text, ranked, query).await
+        self.word_hits(ranked, query, marks).await
+    }
+
+    /// The details of ranked word-index hits, in rank order, with snippets made from their
+    /// text (see `snippet.rs`): a lookup by id, without evaluating the query again.
+    async fn word_hits(
+        &self,
+        ranked: Vec<(i64, f64)>,
+        query: &SearchQuery,
+        marks: &Marks,
+    ) -> Result<Vec<SearchHit>, StoreError> {
+        if ranked.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<i64> = ranked.iter().map(|r| r.0).collect();
+        let found = sqlx::query_as::<_, SearchHit>(
+            "SELECT m.id AS message_id, m.session_id, s.source, s.title, m.role, m.created_at,
+                    m.content AS snippet, 0.0 AS rank
+             FROM messages m CROSS JOIN sessions s ON s.id = m.session_id
+             WHERE m.id IN (SELECT value FROM json_each(?1))",
+        )
+        .bind(serde_json::to_string(&ids)?)
+        .fetch_all(&self.inner.pool)
+        .await?;
+        let mut hits = in_rank_order(found, ranked);
+        for hit in &mut hits {
+            hit.snippet = marks.snippet(&hit.snippet, &query.mark_open, &query.mark_close);
+        }
+        Ok(hits)
     }
 
     /// BM25-ranked hits of the trigram index among the newest [`RANK_WINDOW`] matches; it
@@ -233,18 +268,17 @@ impl Store {
         .bind(i64::from(query.limit))
         .fetch_all(&self.inner.pool)
         .await?;
-        self.hits("messages_cjk", fts, ranked, query).await
+        self.trigram_hits(fts, ranked, query).await
     }
 
-    /// The details and snippets of ranked hits, in rank order.
+    /// The details and snippets of ranked trigram-index hits, in rank order.
     ///
     /// They are read by walking the match once over the hits' range of ids: FTS5 would
     /// evaluate the whole query again for every value of `rowid IN (...)`. The `+` keeps the
     /// list a plain filter on that walk, checked before any snippet is made, and the LIMIT
     /// ends the walk at the last hit (FTS5 would look on for a next match past the range).
-    async fn hits(
+    async fn trigram_hits(
         &self,
-        index: &str,
         fts: &str,
         ranked: Vec<(i64, f64)>,
         query: &SearchQuery,
@@ -253,16 +287,16 @@ impl Store {
         let (Some(&low), Some(&high)) = (ids.iter().min(), ids.iter().max()) else {
             return Ok(Vec::new());
         };
-        let mut found = sqlx::query_as::<_, SearchHit>(sqlx::AssertSqlSafe(format!(
+        let found = sqlx::query_as::<_, SearchHit>(
             "SELECT m.id AS message_id, m.session_id, s.source, s.title, m.role, m.created_at,
-                    snippet({index}, -1, ?2, ?3, '…', 16) AS snippet, 0.0 AS rank
-             FROM {index}
-             CROSS JOIN messages m ON m.id = {index}.rowid
+                    snippet(messages_cjk, -1, ?2, ?3, '…', 16) AS snippet, 0.0 AS rank
+             FROM messages_cjk
+             CROSS JOIN messages m ON m.id = messages_cjk.rowid
              CROSS JOIN sessions s ON s.id = m.session_id
-             WHERE {index} MATCH ?1 AND {index}.rowid BETWEEN ?4 AND ?5
-               AND +{index}.rowid IN (SELECT value FROM json_each(?6))
-             LIMIT ?7"
-        )))
+             WHERE messages_cjk MATCH ?1 AND messages_cjk.rowid BETWEEN ?4 AND ?5
+               AND +messages_cjk.rowid IN (SELECT value FROM json_each(?6))
+             LIMIT ?7",
+        )
         .bind(fts.to_owned())
         .bind(query.mark_open.clone())
         .bind(query.mark_close.clone())
@@ -272,15 +306,7 @@ impl Store {
         .bind(ids.len() as i64)
         .fetch_all(&self.inner.pool)
         .await?;
-        let mut hits = Vec::with_capacity(ranked.len());
-        for (id, rank) in ranked {
-            if let Some(at) = found.iter().position(|h| h.message_id == id) {
-                let mut hit = found.swap_remove(at);
-                hit.rank = rank;
-                hits.push(hit);
-            }
-        }
-        Ok(hits)
+        Ok(in_rank_order(found, ranked))
     }
 
     /// The query for the word index with each prefix (`deploy*`) spelled out as the words of
@@ -380,6 +406,19 @@ enum Item {
 /// two terms and are dropped at the ends; parentheses and other punctuation only separate.
 pub fn sanitize_query(input: &str) -> Option<String> {
     render_fts(&items(input))
+}
+
+/// The hits of `found` in the order of `ranked`, each with its rank.
+fn in_rank_order(mut found: Vec<SearchHit>, ranked: Vec<(i64, f64)>) -> Vec<SearchHit> {
+    let mut hits = Vec::with_capacity(ranked.len());
+    for (id, rank) in ranked {
+        if let Some(at) = found.iter().position(|h| h.message_id == id) {
+            let mut hit = found.swap_remove(at);
+            hit.rank = rank;
+            hits.push(hit);
+        }
+    }
+    hits
 }
 
 /// Joins phrases with their operators, dropping operators that have no term on either side.
