@@ -6,48 +6,83 @@
 //! and checkpoints from a task of its own, on a pooled connection, holding no write lock: a
 //! PASSIVE checkpoint copies what no reader still needs while writers go on appending, and the
 //! next writer after a complete one starts the WAL over from its beginning.
+//!
+//! Under a load that never pauses, a commit lands during every background checkpoint, none of
+//! them completes, and the WAL would never start over: SQLite's own checkpoint stays on at a
+//! high threshold as the backstop. It then has little left to copy.
 
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use tracing::warn;
 
 use crate::open::Store;
-use crate::time::now_ms;
 
 /// At most one checkpoint per process this often while writes keep coming, which bounds the
 /// WAL to what the busiest load writes in that time.
-const EVERY_MS: i64 = 250;
+const EVERY: Duration = Duration::from_millis(250);
 
 /// The checkpointing task's bookkeeping, one per process.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Checkpointer {
-    running: AtomicBool,
-    last_started_ms: AtomicI64,
+    running: Arc<AtomicBool>,
+    /// When the last checkpoint started, in milliseconds since `epoch` (a monotonic clock: a
+    /// wall clock set back would stop checkpoints for as long).
+    last_started_ms: AtomicU64,
+    epoch: Instant,
+}
+
+impl Default for Checkpointer {
+    fn default() -> Self {
+        Checkpointer {
+            running: Arc::default(),
+            last_started_ms: AtomicU64::new(0),
+            epoch: Instant::now(),
+        }
+    }
+}
+
+/// Clears the running flag however the checkpoint task ends (a runtime shut down mid-way).
+struct Running(Arc<AtomicBool>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
 }
 
 impl Store {
-    /// Notes a commit: starts a background checkpoint unless one ran in the last `EVERY_MS`.
+    /// Notes a commit: starts a background checkpoint unless one started in the last `EVERY`
+    /// or the store is closing.
     pub(crate) fn committed(&self) {
         let checkpointer = &self.inner.checkpointer;
-        let now = now_ms();
-        if now - checkpointer.last_started_ms.load(Ordering::Relaxed) < EVERY_MS
+        let every = EVERY.as_millis() as u64;
+        // Counted from `every` after the epoch, so that the first commit finds one due.
+        let now =
+            u64::try_from(checkpointer.epoch.elapsed().as_millis()).unwrap_or(u64::MAX) + every;
+        if now.saturating_sub(checkpointer.last_started_ms.load(Ordering::Relaxed)) < every
+            || self.inner.pool.is_closed()
             || checkpointer.running.swap(true, Ordering::AcqRel)
         {
             return;
         }
         checkpointer.last_started_ms.store(now, Ordering::Relaxed);
+        let running = Running(Arc::clone(&checkpointer.running));
         let store = self.clone();
         tokio::spawn(async move {
+            let _running = running;
             store.checkpoint().await;
-            store.inner.checkpointer.running.store(false, Ordering::Release);
         });
     }
 
     /// Copies the WAL back into the database as far as readers allow. PASSIVE never waits for
     /// readers or writers; what it cannot copy now waits for the next one.
     pub(crate) async fn checkpoint(&self) {
-        if let Err(e) =
-            sqlx::query("PRAGMA wal_checkpoint(PASSIVE)").execute(&self.inner.pool).await
+        let done = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)").execute(&self.inner.pool).await;
+        // A store closed meanwhile: SQLite checkpoints as its last connection closes.
+        if let Err(e) = done
+            && !self.inner.pool.is_closed()
         {
             warn!(error = %e, "WAL checkpoint failed; the next commit tries again");
         }
