@@ -156,15 +156,30 @@ impl Store {
 
     async fn flush(&self) {
         let _turn = self.inner.write_lock.lock().await;
+        while self.flush_batch().await {}
+    }
+
+    /// Commits what is queued, holding the write lock; whether writes were put back in the
+    /// queue for another go.
+    async fn flush_batch(&self) -> bool {
         let queue = || self.inner.writes.pending.lock().unwrap_or_else(|p| p.into_inner());
         if queue().is_empty() {
-            return;
+            return false;
         }
         let mut backoff = Backoff::start(self);
         // The lock first, the batch second: what queues while another process holds the lock
         // rides along in this batch instead of waiting a whole round for the next one.
+        let waiting = queue().len();
+        let mut requeued = false;
         let held = self.inner.process_lock.acquire(&backoff).await;
-        let batch = std::mem::take(&mut *queue());
+        let mut batch = std::mem::take(&mut *queue());
+        if held.is_err() && batch.len() > waiting {
+            // Only the writes that waited all along have run out of patience; the later ones
+            // go back to the front of the queue for the next flusher.
+            let later: Vec<Pending> = batch.drain(waiting..).collect();
+            queue().splice(0..0, later);
+            requeued = true;
+        }
         let mut appends = Vec::new();
         let mut jobs = Vec::new();
         let mut delivered = Vec::new();
@@ -177,7 +192,10 @@ impl Store {
         }
         let held = match held {
             Ok(held) => held,
-            Err(e) => return fail_all(appends, jobs, delivered, &e),
+            Err(e) => {
+                fail_all(appends, jobs, delivered, &e);
+                return requeued;
+            }
         };
         let outcome = loop {
             let attempt = self.commit_batch(&appends, &mut jobs, &delivered).await;
@@ -214,6 +232,7 @@ impl Store {
             }
             Err(e) => fail_all(appends, jobs, delivered, &e),
         }
+        false
     }
 
     /// One attempt at the whole batch: the jobs, each in its savepoint, then the appends.

@@ -121,3 +121,30 @@ async fn reads_and_closing_need_no_write_lock_when_the_index_is_caught_up() {
     sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
     assert_eq!(store.busy_retries(), 0, "a read waited on the write lock");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_joined_late_gets_its_own_patience() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let store = Store::open(options(&path, 50, 1000)).await.unwrap();
+    let session = store.create_session(&session_for(Platform::Cli, "me")).await.unwrap();
+    let other = std::fs::File::open(dir.path().join("state.db-lock")).unwrap();
+    other.lock().unwrap();
+    // The first write waits on the lock file from the start and runs out of patience at 1 s;
+    // the second joins the queue half-way and must not share that fate.
+    let write = |n| {
+        let (store, id) = (store.clone(), session.id.clone());
+        tokio::spawn(async move { store.append_messages(&id, turn(n)).await })
+    };
+    let early = write(1);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let late = write(2);
+    let err = early.await.unwrap().unwrap_err();
+    assert!(matches!(err, StoreError::Busy { .. }), "{err:?}");
+    // Let go well within the late write's own second.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    other.unlock().unwrap();
+    assert_eq!(late.await.unwrap().unwrap().len(), 4);
+    let history = store.history(&session.id).await.unwrap();
+    assert_eq!(history[0].content, "question number 2");
+}
