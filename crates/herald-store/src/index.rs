@@ -38,8 +38,8 @@ impl Store {
     pub async fn index_pending(&self) -> Result<u64, StoreError> {
         // A read first: with nothing pending (every close of a read-only CLI command), no
         // write lock is taken, so another process holding it delays nothing.
+        // The backlog is left alone: this snapshot may predate a commit that just added to it.
         if !self.unindexed_exists().await? {
-            self.inner.indexer.backlog.store(0, Ordering::Relaxed);
             return Ok(0);
         }
         let mut total = 0;

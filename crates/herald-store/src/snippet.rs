@@ -5,13 +5,16 @@
 //! as long as the search itself. The hits are already known, so their text only needs the
 //! query's words marked: split and folded as the index's tokenizer does (`unicode61
 //! remove_diacritics 2`: letters, digits and private-use characters make words; case and
-//! accents do not count), a phrase marked as one span, a prefix marking the whole word.
+//! accents do not count), a phrase marked as one span, a prefix marking the whole word. A hit
+//! on a tool's name alone shows the start of its text, unmarked.
 
 use unicode_normalization::UnicodeNormalization;
 use unicode_normalization::char::is_combining_mark;
 
 /// Words shown around the best hits, as FTS5's `snippet(..., 16)`.
 const WORDS: usize = 16;
+/// The most of a message's text (in bytes) looked at for its snippet.
+const SCANNED: usize = 64 * 1024;
 
 /// What to mark: each phrase of the query as folded words, and whether its last is a prefix.
 #[derive(Debug)]
@@ -40,6 +43,8 @@ impl Marks {
     /// Up to [`WORDS`] words of `text` around its best stretch of matches, each match between
     /// `open` and `close`, with `…` where text was left out.
     pub(crate) fn snippet(&self, text: &str, open: &str, close: &str) -> String {
+        // A long tool output is looked at only so far: a snippet is a glimpse, not a scan.
+        let text = &text[..text.floor_char_boundary(SCANNED)];
         let words = words(text);
         let spans = self.matches(&words);
         let (from, to) = window(words.len(), &spans);
@@ -103,18 +108,18 @@ fn window(len: usize, spans: &[(usize, usize)]) -> (usize, usize) {
     if len <= WORDS {
         return (0, len);
     }
-    let best = spans
-        .iter()
-        .map(|&(first, _)| {
-            let inside = spans.iter().filter(|&&(f, l)| f >= first && l < first + WORDS).count();
-            (first, inside)
-        })
-        // The earliest of the fullest windows.
-        .fold(None, |best: Option<(usize, usize)>, (first, inside)| match best {
-            Some((_, most)) if most >= inside => best,
-            _ => Some((first, inside)),
-        })
-        .map_or(0, |(first, _)| first);
+    // The earliest of the fullest windows; spans are in order and do not overlap, so the end
+    // of the window only moves forward.
+    let (mut best, mut most, mut end) = (0, 0, 0);
+    for (i, &(first, _)) in spans.iter().enumerate() {
+        end = end.max(i);
+        while end < spans.len() && spans[end].1 < first + WORDS {
+            end += 1;
+        }
+        if end - i > most {
+            (best, most) = (first, end - i);
+        }
+    }
     let from = best.min(len - WORDS);
     (from, from + WORDS)
 }
@@ -189,6 +194,15 @@ mod tests {
 
     fn words_from(from: usize, to: usize) -> String {
         (from..=to).map(|i| format!("w{i}")).collect::<Vec<_>>().join(" ")
+    }
+
+    #[test]
+    fn a_long_text_is_looked_at_only_so_far() {
+        let text = "router ".repeat(100_000);
+        let snippet = Marks::new([("router", false)]).snippet(&text, "[", "]");
+        assert!(snippet.starts_with("[router] [router]") && snippet.ends_with('…'), "{snippet}");
+        let late = format!("{}needle", "x ".repeat(50_000));
+        assert!(!Marks::new([("needle", false)]).snippet(&late, "[", "]").contains('['));
     }
 
     #[test]
