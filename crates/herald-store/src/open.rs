@@ -88,8 +88,10 @@ impl Store {
             .pragma("mmap_size", "268435456")
             // Checkpoints copy the WAL into the database and sync it: herald runs them in the
             // background (see checkpoint.rs); SQLite's, inside a commit that holds the write
-            // lock, only past 80 MB of WAL, under a load that never lets one of those complete.
-            .pragma("wal_autocheckpoint", "20000");
+            // lock, only past 200 MB of WAL, under a load that never lets one of those complete.
+            // A WAL that grew that far is cut back to 64 MB when it starts over.
+            .pragma("wal_autocheckpoint", "50000")
+            .pragma("journal_size_limit", "67108864");
 
         // Journal mode and migrations first, on one connection: switching to WAL needs the
         // database to itself, and nothing else should see a half-migrated schema.
