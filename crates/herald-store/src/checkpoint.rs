@@ -2,17 +2,18 @@
 //!
 //! SQLite's automatic checkpoint runs inside the commit that crosses its threshold, while that
 //! writer holds the write lock: every herald process then waits for the copy and its sync (tens
-//! of milliseconds, the worst turns of a busy gateway). herald turns it off on its connections
-//! and checkpoints from a task of its own, on a pooled connection, holding no write lock: a
-//! PASSIVE checkpoint copies what no reader still needs while writers go on appending, and the
-//! next writer after a complete one starts the WAL over from its beginning.
+//! of milliseconds, the worst turns of a busy gateway). herald checkpoints from a task of its
+//! own, on a pooled connection, holding no write lock: a PASSIVE checkpoint copies what no
+//! reader still needs while writers go on appending, and the next writer after a complete one
+//! starts the WAL over from its beginning.
 //!
 //! Under a load that never pauses, a commit lands during every background checkpoint, none of
-//! them completes, and the WAL would never start over: SQLite's own checkpoint stays on at a
-//! high threshold as the backstop. It then has little left to copy.
+//! them completes, and the WAL would never start over: SQLite's own checkpoint stays on, at a
+//! threshold far above what the background ones leave (see `open.rs`), as the backstop. It
+//! then has little left to copy.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tracing::warn;
@@ -24,23 +25,12 @@ use crate::open::Store;
 const EVERY: Duration = Duration::from_millis(250);
 
 /// The checkpointing task's bookkeeping, one per process.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(crate) struct Checkpointer {
     running: Arc<AtomicBool>,
-    /// When the last checkpoint started, in milliseconds since `epoch` (a monotonic clock: a
-    /// wall clock set back would stop checkpoints for as long).
-    last_started_ms: AtomicU64,
-    epoch: Instant,
-}
-
-impl Default for Checkpointer {
-    fn default() -> Self {
-        Checkpointer {
-            running: Arc::default(),
-            last_started_ms: AtomicU64::new(0),
-            epoch: Instant::now(),
-        }
-    }
+    /// When the last checkpoint started (a monotonic clock: a wall clock set back would stop
+    /// checkpoints for as long).
+    last_started: Mutex<Option<Instant>>,
 }
 
 /// Clears the running flag however the checkpoint task ends (a runtime shut down mid-way).
@@ -57,17 +47,16 @@ impl Store {
     /// or the store is closing.
     pub(crate) fn committed(&self) {
         let checkpointer = &self.inner.checkpointer;
-        let every = EVERY.as_millis() as u64;
-        // Counted from `every` after the epoch, so that the first commit finds one due.
-        let now =
-            u64::try_from(checkpointer.epoch.elapsed().as_millis()).unwrap_or(u64::MAX) + every;
-        if now.saturating_sub(checkpointer.last_started_ms.load(Ordering::Relaxed)) < every
-            || self.inner.pool.is_closed()
-            || checkpointer.running.swap(true, Ordering::AcqRel)
         {
-            return;
+            let mut last = checkpointer.last_started.lock().unwrap_or_else(|p| p.into_inner());
+            if last.is_some_and(|at| at.elapsed() < EVERY)
+                || self.inner.pool.is_closed()
+                || checkpointer.running.swap(true, Ordering::AcqRel)
+            {
+                return;
+            }
+            *last = Some(Instant::now());
         }
-        checkpointer.last_started_ms.store(now, Ordering::Relaxed);
         let running = Running(Arc::clone(&checkpointer.running));
         let store = self.clone();
         tokio::spawn(async move {

@@ -54,27 +54,24 @@ impl Store {
                     let bytes = bytes + newer.iter().map(size).sum::<usize>();
                     (known.iter().cloned().chain(newer).collect(), bytes)
                 }
-                None => sized(self.read_all(session_id).await?),
+                None => self.read_all(session_id).await?,
             },
-            None => sized(self.read_all(session_id).await?),
+            None => self.read_all(session_id).await?,
         };
         let messages = Arc::new(messages);
         cache.put(session_id, Arc::clone(&messages), bytes);
-        Ok(Arc::unwrap_or_clone(messages))
+        Ok(messages.as_ref().clone())
     }
 
-    async fn read_all(&self, session_id: &str) -> Result<Vec<StoredMessage>, StoreError> {
-        let json: String = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "SELECT coalesce(json_group_array({ROW} ORDER BY id), '[]')
-             FROM messages WHERE session_id = ?"
-        )))
-        .bind(session_id)
-        .fetch_one(&self.inner.pool)
-        .await?;
-        parse(&json, session_id)
+    /// The whole history, with its size in memory.
+    async fn read_all(&self, session_id: &str) -> Result<(Vec<StoredMessage>, usize), StoreError> {
+        let messages = self.read_after(session_id, &[]).await?.unwrap_or_default();
+        let bytes = messages.iter().map(size).sum();
+        Ok((messages, bytes))
     }
 
-    /// The messages after `known`, or `None` when some of `known` is gone.
+    /// The messages after `known` (all of them after none), or `None` when some of `known` is
+    /// gone.
     async fn read_after(
         &self,
         session_id: &str,
@@ -128,12 +125,6 @@ impl HistoryCache {
             }
         }
     }
-}
-
-/// Messages with their size in memory.
-fn sized(messages: Vec<StoredMessage>) -> (Vec<StoredMessage>, usize) {
-    let bytes = messages.iter().map(size).sum();
-    (messages, bytes)
 }
 
 /// About what a message holds in memory.

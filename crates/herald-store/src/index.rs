@@ -37,8 +37,8 @@ impl Store {
     /// Indexes every message not yet searchable; returns how many were indexed.
     pub async fn index_pending(&self) -> Result<u64, StoreError> {
         // A read first: with nothing pending (every close of a read-only CLI command), no
-        // write lock is taken, so another process holding it delays nothing.
-        // The backlog is left alone: this snapshot may predate a commit that just added to it.
+        // write lock is taken, so another process holding it delays nothing. The backlog is
+        // left alone here: this snapshot may predate a commit that just added to it.
         if !self.unindexed_exists().await? {
             return Ok(0);
         }

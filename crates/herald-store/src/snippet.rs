@@ -44,6 +44,7 @@ impl Marks {
     /// `open` and `close`, with `…` where text was left out.
     pub(crate) fn snippet(&self, text: &str, open: &str, close: &str) -> String {
         // A long tool output is looked at only so far: a snippet is a glimpse, not a scan.
+        let whole = text.len();
         let text = &text[..text.floor_char_boundary(SCANNED)];
         let words = words(text);
         let spans = self.matches(&words);
@@ -63,7 +64,7 @@ impl Marks {
             at = words[last].end;
         }
         out.push_str(&text[at..end]);
-        if to < words.len() {
+        if to < words.len() || text.len() < whole {
             out.push('…');
         }
         out
@@ -203,6 +204,10 @@ mod tests {
         assert!(snippet.starts_with("[router] [router]") && snippet.ends_with('…'), "{snippet}");
         let late = format!("{}needle", "x ".repeat(50_000));
         assert!(!Marks::new([("needle", false)]).snippet(&late, "[", "]").contains('['));
+        // One word longer than what is looked at still says that text was left out.
+        let word = "a".repeat(SCANNED + 10);
+        let snippet = Marks::new([("b", false)]).snippet(&word, "[", "]");
+        assert!(snippet.ends_with('…') && snippet.len() < word.len(), "{}", snippet.len());
     }
 
     #[test]
