@@ -98,16 +98,7 @@ async fn a_lock_held_past_patience_fails_the_storm() {
     let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("storm.db");
     open(&db).await.close().await;
-    let mut sqlite = Command::new("sqlite3")
-        .arg(&db)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("the sqlite3 command line shell is installed");
-    let mut input = sqlite.stdin.take().expect("sqlite3 stdin");
-    writeln!(input, "BEGIN IMMEDIATE;\n.print locked").expect("write to sqlite3");
-    let mut output = BufReader::new(sqlite.stdout.take().expect("sqlite3 stdout")).lines();
-    assert_eq!(output.next().expect("sqlite3 output").expect("read sqlite3"), "locked");
+    let (mut sqlite, mut input) = hold_lock(&db);
 
     let storm = bench()
         .args(["store-storm", "--processes", "1", "--chats", "2", "--turns", "2"])
