@@ -7,7 +7,7 @@ use herald_core::{ChatKind, ChatRef, Platform, Role, UserRef};
 use sqlx::SqliteConnection;
 
 use crate::error::StoreError;
-use crate::messages::{Append, NewMessage, TokenUsage, apply_batch};
+use crate::messages::{Append, NewMessage, Sessions, TokenUsage, apply_batch};
 use crate::open::Store;
 use crate::sessions::{SESSION_COLUMNS, Session};
 use crate::time::now_ms;
@@ -319,7 +319,7 @@ async fn take_in(
         usage: TokenUsage::default(),
         outbox: None,
     };
-    let mut results = apply_batch(conn, &[&append]).await?;
+    let mut results = apply_batch(conn, &[&append], Sessions::Checked).await?;
     match results.pop() {
         Some(Ok(crate::Appended::Stored(ids))) => Ok(ids),
         Some(Err(e)) => Err(e),

@@ -248,21 +248,38 @@ impl Store {
 /// Most message rows per INSERT: 10 parameters each stays under SQLite's 32766.
 pub(crate) const ROWS_PER_INSERT: usize = 3000;
 
+/// Whether [`apply_batch`] looks up the batch's sessions first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Sessions {
+    /// Each append whose session is gone fails alone, with [`StoreError::SessionNotFound`].
+    Checked,
+    /// No lookup: a session that is gone makes the whole batch fail on its foreign key, and
+    /// the caller applies it again, checked. A session deleted while its chat still writes is
+    /// rare; the lookup on every batch of a busy gateway is not.
+    Assumed,
+}
+
 /// Writes a batch of appends inside the caller's transaction with a handful of statements,
 /// whatever the batch size: which sessions exist, which inbound ids are new, every session's
 /// counters at once, every message at once. Each append gets its own result: a missing
-/// session fails that append alone, a redelivered inbound message is a duplicate.
+/// session fails that append alone (when `sessions` is checked), a redelivered inbound
+/// message is a duplicate.
 pub(crate) async fn apply_batch(
     conn: &mut SqliteConnection,
     batch: &[&Append],
+    sessions: Sessions,
 ) -> Result<Vec<Result<Appended, StoreError>>, StoreError> {
     let now = now_ms();
-    let existing = existing_sessions(conn, batch).await?;
-    let mut fresh = new_inbound_ids(conn, batch, &existing, now).await?;
+    let existing = match sessions {
+        Sessions::Checked => Some(existing_sessions(conn, batch).await?),
+        Sessions::Assumed => None,
+    };
+    let exists = |a: &Append| existing.as_ref().is_none_or(|e| e.contains(a.session_id.as_str()));
+    let mut fresh = new_inbound_ids(conn, batch, exists, now).await?;
     let mut results: Vec<Option<Result<Appended, StoreError>>> = Vec::with_capacity(batch.len());
     let mut kept: Vec<&Append> = Vec::new();
     for append in batch {
-        if !existing.contains(append.session_id.as_str()) {
+        if !exists(append) {
             results.push(Some(Err(StoreError::SessionNotFound(append.session_id.clone()))));
         } else if append
             .dedupe
@@ -309,12 +326,12 @@ async fn existing_sessions(
 async fn new_inbound_ids<'a>(
     conn: &mut SqliteConnection,
     batch: &[&'a Append],
-    existing: &std::collections::HashSet<String>,
+    exists: impl Fn(&Append) -> bool,
     now: i64,
 ) -> Result<std::collections::HashSet<(&'a str, &'a str)>, StoreError> {
     let inbound: Vec<(&'a str, &'a str, &'a str)> = batch
         .iter()
-        .filter(|a| existing.contains(a.session_id.as_str()))
+        .filter(|a| exists(a))
         .filter_map(|a| {
             a.dedupe.as_ref().map(|(p, id)| (p.as_str(), id.as_str(), a.session_id.as_str()))
         })

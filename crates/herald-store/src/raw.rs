@@ -10,7 +10,7 @@ use sqlx::{Connection, SqliteConnection};
 
 use crate::error::StoreError;
 use crate::index::index_chunk;
-use crate::messages::{Append, apply_batch};
+use crate::messages::{Append, Sessions, apply_batch};
 use crate::open::{Store, StoreOptions};
 use crate::sessions::{NewSession, insert_session};
 
@@ -46,7 +46,7 @@ pub async fn write_turns_raw(
     let started = Instant::now();
     for _ in 0..turns {
         let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
-        apply_batch(&mut tx, &[&append]).await?;
+        apply_batch(&mut tx, &[&append], Sessions::Checked).await?;
         index_chunk(&mut tx, turn.len() as i64).await?;
         tx.commit().await?;
     }

@@ -79,6 +79,35 @@ async fn appending_to_a_missing_session_fails_alone() {
 }
 
 #[tokio::test]
+async fn inbound_messages_batched_with_one_to_a_missing_session_are_stored_once() {
+    let (store, _dir) = fresh().await;
+    let s = store.create_session(&session_for(Platform::Telegram, "me")).await.unwrap();
+    let inbound = |session: &str, id: &str| {
+        let (store, session, id) = (store.clone(), session.to_owned(), id.to_owned());
+        async move {
+            let message = herald_store::NewMessage::user(format!("message {id}"));
+            store.append_inbound(&session, Platform::Telegram, &id, message).await
+        }
+    };
+    // One batch: the missing session makes the first attempt fail part way, on its messages,
+    // after the inbound ids were recorded; the next attempt must not take them for
+    // redeliveries.
+    let (first, bad, second) = tokio::join!(
+        inbound(&s.id, "1"),
+        store.append_messages("no-such-session", turn(1)),
+        inbound(&s.id, "3")
+    );
+    assert!(matches!(bad, Err(StoreError::SessionNotFound(_))), "{bad:?}");
+    assert!(matches!(first.unwrap(), herald_store::Appended::Stored(_)));
+    assert!(matches!(second.unwrap(), herald_store::Appended::Stored(_)));
+    assert_eq!(inbound(&s.id, "3").await.unwrap(), herald_store::Appended::Duplicate);
+    let texts: Vec<String> =
+        store.history(&s.id).await.unwrap().into_iter().map(|m| m.content).collect();
+    assert_eq!(texts, ["message 1", "message 3"]);
+    assert_eq!(store.session(&s.id).await.unwrap().unwrap().message_count, 2);
+}
+
+#[tokio::test]
 async fn reroute_ends_the_old_session_and_moves_the_route() {
     let (store, _dir) = fresh().await;
     let key = "telegram:dm:42";
