@@ -58,6 +58,9 @@ pub enum StoreError {
     /// The background task that commits appends went away (the runtime is shutting down).
     #[error("the store's writer stopped before the write was committed")]
     WriterGone,
+    /// The store was closed; nothing more is written through it.
+    #[error("the store is closed")]
+    Closed,
     /// A batch of writes failed as a whole; every caller in it gets this copy of the cause.
     #[error("database write failed: {0}")]
     WriteFailed(String),
@@ -79,6 +82,7 @@ impl StoreError {
     pub(crate) fn duplicate(&self) -> StoreError {
         match self {
             StoreError::Busy { waited_ms } => StoreError::Busy { waited_ms: *waited_ms },
+            StoreError::Closed => StoreError::Closed,
             other => StoreError::WriteFailed(other.to_string()),
         }
     }

@@ -155,13 +155,21 @@ impl Store {
     }
 
     async fn flush(&self) {
-        let _turn = self.inner.write_lock.lock().await;
-        while self.flush_batch().await {}
+        let mut writer = self.inner.write_lock.lock().await;
+        let Some(writer) = writer.as_mut() else {
+            let queued = std::mem::take(
+                &mut *self.inner.writes.pending.lock().unwrap_or_else(|p| p.into_inner()),
+            );
+            let (appends, jobs, delivered) = sort(queued);
+            fail_all(appends, jobs, delivered, &StoreError::Closed);
+            return;
+        };
+        while self.flush_batch(writer).await {}
     }
 
-    /// Commits what is queued, holding the write lock; whether writes were put back in the
-    /// queue for another go.
-    async fn flush_batch(&self) -> bool {
+    /// Commits what is queued on the writer connection, holding the write lock; whether
+    /// writes were put back in the queue for another go.
+    async fn flush_batch(&self, writer: &mut SqliteConnection) -> bool {
         let queue = || self.inner.writes.pending.lock().unwrap_or_else(|p| p.into_inner());
         if queue().is_empty() {
             return false;
@@ -180,16 +188,7 @@ impl Store {
             queue().splice(0..0, later);
             requeued = true;
         }
-        let mut appends = Vec::new();
-        let mut jobs = Vec::new();
-        let mut delivered = Vec::new();
-        for write in batch {
-            match write {
-                Pending::Append { append, reply } => appends.push((append, reply)),
-                Pending::Job(job) => jobs.push(job),
-                Pending::Delivered { message_id, reply } => delivered.push((message_id, reply)),
-            }
-        }
+        let (appends, mut jobs, delivered) = sort(batch);
         let held = match held {
             Ok(held) => held,
             Err(e) => {
@@ -199,7 +198,7 @@ impl Store {
         };
         let mut attempt = if jobs.is_empty() { Attempt::Trusting } else { Attempt::Careful };
         let outcome = loop {
-            match self.commit_batch(&appends, &mut jobs, &delivered, attempt).await {
+            match commit_batch(writer, &appends, &mut jobs, &delivered, attempt).await {
                 Ok(Some(results)) => break Ok(results),
                 Ok(None) => attempt = Attempt::Careful,
                 Err(e) if e.is_retryable() => {
@@ -236,52 +235,52 @@ impl Store {
         }
         false
     }
+}
 
-    /// One attempt at the whole batch: the deliveries, the jobs (each in its savepoint), then
-    /// the appends. `None` when a trusting attempt was refused and rolled back.
-    async fn commit_batch(
-        &self,
-        appends: &[(Append, oneshot::Sender<Result<Appended, StoreError>>)],
-        jobs: &mut [Box<dyn Job>],
-        delivered: &[(i64, oneshot::Sender<Result<(), StoreError>>)],
-        attempt: Attempt,
-    ) -> Result<Option<Vec<Result<Appended, StoreError>>>, StoreError> {
-        let mut tx = self.inner.pool.begin_with("BEGIN IMMEDIATE").await?;
-        for chunk in delivered.chunks(DELIVERED_PER_DELETE) {
-            let marks = vec!["?"; chunk.len()].join(", ");
-            let sql = format!("DELETE FROM outbox WHERE message_id IN ({marks})");
-            let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
-            for (id, _) in chunk {
-                query = query.bind(*id);
-            }
-            query.execute(&mut *tx).await?;
+/// One attempt at the whole batch: the deliveries, the jobs (each in its savepoint), then
+/// the appends. `None` when a trusting attempt was refused and rolled back.
+async fn commit_batch(
+    writer: &mut SqliteConnection,
+    appends: &Appends,
+    jobs: &mut [Box<dyn Job>],
+    delivered: &Deliveries,
+    attempt: Attempt,
+) -> Result<Option<Vec<Result<Appended, StoreError>>>, StoreError> {
+    let mut tx = sqlx::Connection::begin_with(writer, "BEGIN IMMEDIATE").await?;
+    for chunk in delivered.chunks(DELIVERED_PER_DELETE) {
+        let marks = vec!["?"; chunk.len()].join(", ");
+        let sql = format!("DELETE FROM outbox WHERE message_id IN ({marks})");
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for (id, _) in chunk {
+            query = query.bind(*id);
         }
-        for job in jobs.iter_mut() {
-            sqlx::query("SAVEPOINT job").execute(&mut *tx).await?;
-            job.run(&mut tx).await?;
-            if job.failed() {
-                sqlx::query("ROLLBACK TO job").execute(&mut *tx).await?;
-            }
-            sqlx::query("RELEASE job").execute(&mut *tx).await?;
-        }
-        let batch: Vec<&Append> = appends.iter().map(|(a, _)| a).collect();
-        let results = match attempt {
-            _ if batch.is_empty() => Vec::new(),
-            Attempt::Careful => apply_appends(&mut tx, &batch).await?,
-            Attempt::Trusting => {
-                match messages::apply_batch(&mut tx, &batch, Sessions::Assumed).await {
-                    Err(e) if !e.is_retryable() => {
-                        debug!(error = %e, appends = batch.len(), "batch refused; trying it again with care");
-                        tx.rollback().await?;
-                        return Ok(None);
-                    }
-                    results => results?,
-                }
-            }
-        };
-        tx.commit().await?;
-        Ok(Some(results))
+        query.execute(&mut *tx).await?;
     }
+    for job in jobs.iter_mut() {
+        sqlx::query("SAVEPOINT job").execute(&mut *tx).await?;
+        job.run(&mut tx).await?;
+        if job.failed() {
+            sqlx::query("ROLLBACK TO job").execute(&mut *tx).await?;
+        }
+        sqlx::query("RELEASE job").execute(&mut *tx).await?;
+    }
+    let batch: Vec<&Append> = appends.iter().map(|(a, _)| a).collect();
+    let results = match attempt {
+        _ if batch.is_empty() => Vec::new(),
+        Attempt::Careful => apply_appends(&mut tx, &batch).await?,
+        Attempt::Trusting => {
+            match messages::apply_batch(&mut tx, &batch, Sessions::Assumed).await {
+                Err(e) if !e.is_retryable() => {
+                    debug!(error = %e, appends = batch.len(), "batch refused; trying it again with care");
+                    tx.rollback().await?;
+                    return Ok(None);
+                }
+                results => results?,
+            }
+        }
+    };
+    tx.commit().await?;
+    Ok(Some(results))
 }
 
 /// How an attempt applies the batch's appends.
@@ -344,12 +343,25 @@ async fn in_savepoint(
 /// Most outbox rows one DELETE names (SQLite takes up to 32766 parameters).
 const DELIVERED_PER_DELETE: usize = 10_000;
 
-fn fail_all(
-    appends: Vec<(Append, oneshot::Sender<Result<Appended, StoreError>>)>,
-    jobs: Vec<Box<dyn Job>>,
-    delivered: Vec<(i64, oneshot::Sender<Result<(), StoreError>>)>,
-    e: &StoreError,
-) {
+/// Appends waiting for their commit, each with its caller.
+type Appends = Vec<(Append, oneshot::Sender<Result<Appended, StoreError>>)>;
+/// Replies taken by the platform, each with its caller.
+type Deliveries = Vec<(i64, oneshot::Sender<Result<(), StoreError>>)>;
+
+/// The writes of a batch by kind.
+fn sort(batch: Vec<Pending>) -> (Appends, Vec<Box<dyn Job>>, Deliveries) {
+    let (mut appends, mut jobs, mut delivered) = (Vec::new(), Vec::new(), Vec::new());
+    for write in batch {
+        match write {
+            Pending::Append { append, reply } => appends.push((append, reply)),
+            Pending::Job(job) => jobs.push(job),
+            Pending::Delivered { message_id, reply } => delivered.push((message_id, reply)),
+        }
+    }
+    (appends, jobs, delivered)
+}
+
+fn fail_all(appends: Appends, jobs: Vec<Box<dyn Job>>, delivered: Deliveries, e: &StoreError) {
     for (_, reply) in delivered {
         let _ = reply.send(Err(e.duplicate()));
     }

@@ -23,12 +23,14 @@ macro_rules! write_tx {
     ($store:expr, |$conn:ident| $body:expr) => {
         async {
             let store: &$crate::open::Store = $store;
-            let _turn = store.inner.write_lock.lock().await;
+            let mut writer = store.inner.write_lock.lock().await;
+            let writer = writer.as_mut().ok_or($crate::error::StoreError::Closed)?;
             let mut backoff = $crate::write::Backoff::start(store);
             let _held = store.inner.process_lock.acquire(&backoff).await?;
             let result = loop {
                 let attempt: Result<_, $crate::error::StoreError> = async {
-                    let mut tx = store.inner.pool.begin_with("BEGIN IMMEDIATE").await?;
+                    let mut tx =
+                        sqlx::Connection::begin_with(&mut *writer, "BEGIN IMMEDIATE").await?;
                     let $conn: &mut sqlx::SqliteConnection = &mut tx;
                     let value = $body.await?;
                     tx.commit().await?;

@@ -247,3 +247,25 @@ async fn the_same_inbound_id_twice_in_one_batch_is_stored_once() {
     assert_eq!(store.history(&s.id).await.unwrap().len(), 1);
     assert_eq!(store.session(&s.id).await.unwrap().unwrap().message_count, 1);
 }
+
+#[tokio::test]
+async fn a_closed_store_refuses_writes_and_leaves_the_file_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let store = crate::open(&path).await;
+    let s = store.create_session(&session_for(Platform::Cli, "me")).await.unwrap();
+    store.append_messages(&s.id, turn(1)).await.unwrap();
+    store.close().await;
+    // Both write paths: the group commit (appends, a new session) and a transaction of its
+    // own (a rename).
+    let appended = store.append_messages(&s.id, turn(2)).await;
+    assert!(matches!(appended, Err(StoreError::Closed)), "{appended:?}");
+    let created = store.create_session(&session_for(Platform::Cli, "me")).await;
+    assert!(matches!(created, Err(StoreError::Closed)), "{created:?}");
+    let renamed = store.rename_session(&s.id, "late").await;
+    assert!(matches!(renamed, Err(StoreError::Closed)), "{renamed:?}");
+    // The last connection to close copied the WAL back and removed it.
+    assert!(!dir.path().join("state.db-wal").exists());
+    let reopened = crate::open(&path).await;
+    assert_eq!(reopened.history(&s.id).await.unwrap().len(), 4);
+}
