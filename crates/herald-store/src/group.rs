@@ -210,6 +210,7 @@ impl Store {
             }
         };
         drop(held);
+        self.heal_writer(writer, outcome.is_err()).await;
         match outcome {
             Ok(results) => {
                 let stored = results
@@ -468,5 +469,27 @@ mod tests {
         assert_eq!(texts, ["fine"]);
         let stored = store.session(&session.id).await.unwrap().unwrap();
         assert_eq!(stored.message_count, 1);
+    }
+
+    #[tokio::test]
+    async fn a_writer_left_in_a_transaction_is_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(StoreOptions::new(dir.path().join("state.db"))).await.unwrap();
+        // A job that ends the transaction behind sqlx's back: its RELEASE fails, and so does
+        // the rollback of the dropped transaction, which leaves the connection believing it
+        // is still inside one. Every later BEGIN would be refused as nested.
+        let broken = store
+            .grouped(|conn| {
+                Box::pin(async move {
+                    sqlx::query("ROLLBACK").execute(&mut *conn).await?;
+                    Ok(())
+                })
+            })
+            .await;
+        assert!(broken.is_err(), "{broken:?}");
+        let session = store.create_session(&crate::NewSession::new(Platform::Cli, "p")).await;
+        let session = session.unwrap();
+        let message = crate::NewMessage::user("after");
+        assert_eq!(store.append_messages(&session.id, vec![message]).await.unwrap().len(), 1);
     }
 }

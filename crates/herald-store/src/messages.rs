@@ -356,6 +356,7 @@ async fn new_inbound_ids<'a>(
     Ok(fresh)
 }
 
+/// Adds each append to its session's counters; fails when a session is missing.
 async fn update_counters(
     conn: &mut SqliteConnection,
     kept: &[&Append],
@@ -384,7 +385,14 @@ async fn update_counters(
         for (id, [messages, calls, input, output]) in chunk {
             query = query.bind(*id).bind(*messages).bind(*calls).bind(*input).bind(*output);
         }
-        query.bind(now).execute(&mut *conn).await?;
+        let updated = query.bind(now).execute(&mut *conn).await?.rows_affected();
+        // Every session of the batch exists when they were looked up first; when they were
+        // assumed to, this is where a missing one shows (an append without messages inserts no
+        // row whose foreign key would fail), and the batch is applied again with the lookup.
+        if updated < chunk.len() as u64 {
+            let missing = chunk.iter().map(|(id, _)| *id).collect::<Vec<_>>().join(", ");
+            return Err(StoreError::SessionNotFound(format!("one of {missing}")));
+        }
     }
     Ok(())
 }

@@ -64,6 +64,8 @@ pub(crate) struct Inner {
     /// up to 0.8 ms to prepare; taken from the pool, the writer went round its connections and
     /// prepared the same statements in each. `None` once the store is closed.
     pub(crate) write_lock: tokio::sync::Mutex<Option<SqliteConnection>>,
+    /// How to open the writer again when it is found broken (see `heal_writer`).
+    pub(crate) writer_options: SqliteConnectOptions,
     pub(crate) writes: WriteQueue,
     pub(crate) busy_retries: AtomicU64,
     pub(crate) indexer: Indexer,
@@ -107,6 +109,7 @@ impl Store {
 
         let writer =
             SqliteConnection::connect_with(&connect).await.map_err(|e| fail(e.to_string()))?;
+        let writer_options = connect.clone();
         let pool = SqlitePoolOptions::new()
             .max_connections(options.max_connections.max(2))
             .min_connections(1)
@@ -124,6 +127,7 @@ impl Store {
                 wal,
                 write_patience: options.write_patience,
                 write_lock: tokio::sync::Mutex::new(Some(writer)),
+                writer_options,
                 writes: WriteQueue::default(),
                 busy_retries: AtomicU64::new(0),
                 indexer: Indexer::default(),

@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use sqlx::{Connection, SqliteConnection};
 use tracing::warn;
 
 use crate::error::StoreError;
@@ -42,6 +43,7 @@ macro_rules! write_tx {
                     done => break done,
                 }
             };
+            store.heal_writer(writer, result.is_err()).await;
             if result.is_ok() {
                 store.committed();
             }
@@ -51,6 +53,34 @@ macro_rules! write_tx {
     };
 }
 pub(crate) use write_tx;
+
+impl Store {
+    /// Makes sure the writer connection can begin the next write, after a write that failed
+    /// or left it in a transaction.
+    ///
+    /// A transaction dropped on an error is rolled back by the connection's thread after
+    /// the fact; the ping waits for that. If the rollback itself failed (SQLite had already
+    /// rolled the transaction back, on a full disk or an I/O error), the connection would
+    /// refuse every later `BEGIN` as nested, and if its thread died, every later write: so
+    /// a writer still in a transaction, or not answering, is replaced by a new connection.
+    pub(crate) async fn heal_writer(&self, writer: &mut SqliteConnection, failed: bool) {
+        if !failed && !writer.is_in_transaction() {
+            return;
+        }
+        if writer.ping().await.is_ok() && !writer.is_in_transaction() {
+            return;
+        }
+        match SqliteConnection::connect_with(&self.inner.writer_options).await {
+            Ok(fresh) => {
+                warn!("the writer connection was left unusable; replaced it with a new one");
+                *writer = fresh;
+            }
+            Err(e) => {
+                warn!(error = %e, "the writer connection is unusable and a new one could not be opened")
+            }
+        }
+    }
+}
 
 /// Randomized waits between attempts of one write, bounded by the store's patience.
 pub(crate) struct Backoff<'a> {

@@ -269,3 +269,31 @@ async fn a_closed_store_refuses_writes_and_leaves_the_file_whole() {
     let reopened = crate::open(&path).await;
     assert_eq!(reopened.history(&s.id).await.unwrap().len(), 4);
 }
+
+#[tokio::test]
+async fn tokens_for_a_missing_session_fail_even_without_messages() {
+    let (store, _dir) = fresh().await;
+    let s = store.create_session(&session_for(Platform::Cli, "me")).await.unwrap();
+    let usage = herald_store::TokenUsage { input: 7, output: 3 };
+    // One batch; the empty append inserts no message whose foreign key could fail.
+    let (bad, good) = tokio::join!(
+        store.append_turn("no-such-session", Vec::new(), usage),
+        store.append_turn(&s.id, Vec::new(), usage),
+    );
+    assert!(matches!(bad, Err(StoreError::SessionNotFound(_))), "{bad:?}");
+    assert_eq!(good.unwrap(), Vec::<i64>::new());
+    let stored = store.session(&s.id).await.unwrap().unwrap();
+    assert_eq!((stored.input_tokens, stored.output_tokens), (7, 3));
+}
+
+#[tokio::test]
+async fn a_write_refused_inside_its_transaction_does_not_hold_up_the_next() {
+    let (store, _dir) = fresh().await;
+    let a = store.create_session(&session_for(Platform::Cli, "me")).await.unwrap();
+    let b = store.create_session(&session_for(Platform::Cli, "me")).await.unwrap();
+    store.rename_session(&a.id, "taken").await.unwrap();
+    let refused = store.rename_session(&b.id, "taken").await;
+    assert!(matches!(refused, Err(StoreError::TitleTaken { .. })), "{refused:?}");
+    store.rename_session(&b.id, "free").await.unwrap();
+    assert_eq!(store.append_messages(&b.id, turn(1)).await.unwrap().len(), 4);
+}
