@@ -253,8 +253,8 @@ pub(crate) const ROWS_PER_INSERT: usize = 3000;
 pub(crate) enum Sessions {
     /// Each append whose session is gone fails alone, with [`StoreError::SessionNotFound`].
     Checked,
-    /// No lookup: a session that is gone makes the whole batch fail on its foreign key, and
-    /// the caller applies it again, checked. A session deleted while its chat still writes is
+    /// No lookup: a session that is gone makes the whole batch fail, on its counters or a
+    /// foreign key, and the caller applies it again, checked. A session deleted while its chat still writes is
     /// rare; the lookup on every batch of a busy gateway is not.
     Assumed,
 }

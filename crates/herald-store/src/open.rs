@@ -107,9 +107,10 @@ impl Store {
         migrate(&mut conn, &path).await?;
         conn.close().await.map_err(|e| fail(e.to_string()))?;
 
-        let writer =
-            SqliteConnection::connect_with(&connect).await.map_err(|e| fail(e.to_string()))?;
         let writer_options = connect.clone();
+        let writer = SqliteConnection::connect_with(&writer_options)
+            .await
+            .map_err(|e| fail(e.to_string()))?;
         let pool = SqlitePoolOptions::new()
             .max_connections(options.max_connections.max(2))
             .min_connections(1)

@@ -285,15 +285,3 @@ async fn tokens_for_a_missing_session_fail_even_without_messages() {
     let stored = store.session(&s.id).await.unwrap().unwrap();
     assert_eq!((stored.input_tokens, stored.output_tokens), (7, 3));
 }
-
-#[tokio::test]
-async fn a_write_refused_inside_its_transaction_does_not_hold_up_the_next() {
-    let (store, _dir) = fresh().await;
-    let a = store.create_session(&session_for(Platform::Cli, "me")).await.unwrap();
-    let b = store.create_session(&session_for(Platform::Cli, "me")).await.unwrap();
-    store.rename_session(&a.id, "taken").await.unwrap();
-    let refused = store.rename_session(&b.id, "taken").await;
-    assert!(matches!(refused, Err(StoreError::TitleTaken { .. })), "{refused:?}");
-    store.rename_session(&b.id, "free").await.unwrap();
-    assert_eq!(store.append_messages(&b.id, turn(1)).await.unwrap().len(), 4);
-}

@@ -18,12 +18,15 @@ use std::sync::Mutex;
 
 use sqlx::SqliteConnection;
 use tokio::sync::oneshot;
-use tracing::debug;
 
 use crate::error::StoreError;
-use crate::messages::{self, Append, Appended, Sessions};
+use crate::messages::{Append, Appended};
 use crate::open::Store;
 use crate::write::Backoff;
+
+mod commit;
+
+use commit::{Attempt, Batch};
 
 /// A job's future, borrowing the batch's connection.
 pub(crate) type JobFuture<'c, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Send + 'c>>;
@@ -160,8 +163,7 @@ impl Store {
             let queued = std::mem::take(
                 &mut *self.inner.writes.pending.lock().unwrap_or_else(|p| p.into_inner()),
             );
-            let (appends, jobs, delivered) = sort(queued);
-            fail_all(appends, jobs, delivered, &StoreError::Closed);
+            Batch::sort(queued).fail(&StoreError::Closed);
             return;
         };
         while self.flush_batch(writer).await {}
@@ -180,25 +182,25 @@ impl Store {
         let waiting = queue().len();
         let mut requeued = false;
         let held = self.inner.process_lock.acquire(&backoff).await;
-        let mut batch = std::mem::take(&mut *queue());
-        if held.is_err() && batch.len() > waiting {
+        let mut writes = std::mem::take(&mut *queue());
+        if held.is_err() && writes.len() > waiting {
             // Only the writes that waited all along have run out of patience; the later ones
             // go back to the front of the queue for the next flusher.
-            let later: Vec<Pending> = batch.drain(waiting..).collect();
+            let later: Vec<Pending> = writes.drain(waiting..).collect();
             queue().splice(0..0, later);
             requeued = true;
         }
-        let (appends, mut jobs, delivered) = sort(batch);
+        let mut batch = Batch::sort(writes);
         let held = match held {
             Ok(held) => held,
             Err(e) => {
-                fail_all(appends, jobs, delivered, &e);
+                batch.fail(&e);
                 return requeued;
             }
         };
-        let mut attempt = if jobs.is_empty() { Attempt::Trusting } else { Attempt::Careful };
+        let mut attempt = batch.first_attempt();
         let outcome = loop {
-            match commit_batch(writer, &appends, &mut jobs, &delivered, attempt).await {
+            match batch.commit(writer, attempt).await {
                 Ok(Some(results)) => break Ok(results),
                 Ok(None) => attempt = Attempt::Careful,
                 Err(e) if e.is_retryable() => {
@@ -222,155 +224,11 @@ impl Store {
                     .sum();
                 self.committed();
                 self.schedule_indexing(stored);
-                for ((_, reply), result) in appends.into_iter().zip(results) {
-                    let _ = reply.send(result);
-                }
-                for job in jobs {
-                    job.finish(Ok(()));
-                }
-                for (_, reply) in delivered {
-                    let _ = reply.send(Ok(()));
-                }
+                batch.succeed(results);
             }
-            Err(e) => fail_all(appends, jobs, delivered, &e),
+            Err(e) => batch.fail(&e),
         }
         false
-    }
-}
-
-/// One attempt at the whole batch: the deliveries, the jobs (each in its savepoint), then
-/// the appends. `None` when a trusting attempt was refused and rolled back.
-async fn commit_batch(
-    writer: &mut SqliteConnection,
-    appends: &Appends,
-    jobs: &mut [Box<dyn Job>],
-    delivered: &Deliveries,
-    attempt: Attempt,
-) -> Result<Option<Vec<Result<Appended, StoreError>>>, StoreError> {
-    let mut tx = sqlx::Connection::begin_with(writer, "BEGIN IMMEDIATE").await?;
-    for chunk in delivered.chunks(DELIVERED_PER_DELETE) {
-        let marks = vec!["?"; chunk.len()].join(", ");
-        let sql = format!("DELETE FROM outbox WHERE message_id IN ({marks})");
-        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
-        for (id, _) in chunk {
-            query = query.bind(*id);
-        }
-        query.execute(&mut *tx).await?;
-    }
-    for job in jobs.iter_mut() {
-        sqlx::query("SAVEPOINT job").execute(&mut *tx).await?;
-        job.run(&mut tx).await?;
-        if job.failed() {
-            sqlx::query("ROLLBACK TO job").execute(&mut *tx).await?;
-        }
-        sqlx::query("RELEASE job").execute(&mut *tx).await?;
-    }
-    let batch: Vec<&Append> = appends.iter().map(|(a, _)| a).collect();
-    let results = match attempt {
-        _ if batch.is_empty() => Vec::new(),
-        Attempt::Careful => apply_appends(&mut tx, &batch).await?,
-        Attempt::Trusting => {
-            match messages::apply_batch(&mut tx, &batch, Sessions::Assumed).await {
-                Err(e) if !e.is_retryable() => {
-                    debug!(error = %e, appends = batch.len(), "batch refused; trying it again with care");
-                    tx.rollback().await?;
-                    return Ok(None);
-                }
-                results => results?,
-            }
-        }
-    };
-    tx.commit().await?;
-    Ok(Some(results))
-}
-
-/// How an attempt applies the batch's appends.
-#[derive(Debug, Clone, Copy)]
-enum Attempt {
-    /// For a batch without jobs (appends and deliveries, the bulk of a busy gateway): the
-    /// appends at once, their sessions assumed to exist, in no savepoint. That saves three
-    /// statements of eight, each a round trip to the connection's thread (60 to 250 us under
-    /// a storm). A refusal rolls the whole transaction back, and the batch is tried again
-    /// with care.
-    Trusting,
-    /// Jobs and appends each in a savepoint, sessions looked up, so that one write at fault
-    /// fails alone.
-    Careful,
-}
-
-/// The batch's appends with care: all at once, with their sessions looked up (so that appends
-/// to a session deleted meanwhile fail alone); if that breaks a constraint, each append alone,
-/// so only the one at fault fails.
-async fn apply_appends(
-    conn: &mut SqliteConnection,
-    batch: &[&Append],
-) -> Result<Vec<Result<Appended, StoreError>>, StoreError> {
-    match in_savepoint(conn, batch).await? {
-        Ok(results) => return Ok(results),
-        Err(e) => {
-            debug!(error = %e, appends = batch.len(), "batch refused; applying appends one by one")
-        }
-    }
-    let mut results = Vec::with_capacity(batch.len());
-    for append in batch {
-        results.push(match in_savepoint(conn, &[append]).await? {
-            Ok(mut one) => one.pop().unwrap_or(Err(StoreError::WriterGone)),
-            Err(e) => Err(e),
-        });
-    }
-    Ok(results)
-}
-
-/// Appends in a savepoint, their sessions looked up: an attempt that fails part way has
-/// already recorded inbound ids and counters, and the next one must not find them. The outer
-/// error is one that makes the whole batch retry; the inner, a refusal of these appends.
-async fn in_savepoint(
-    conn: &mut SqliteConnection,
-    batch: &[&Append],
-) -> Result<Result<Vec<Result<Appended, StoreError>>, StoreError>, StoreError> {
-    sqlx::query("SAVEPOINT appends").execute(&mut *conn).await?;
-    let outcome = match messages::apply_batch(conn, batch, Sessions::Checked).await {
-        Err(e) if e.is_retryable() => return Err(e),
-        Err(e) => {
-            sqlx::query("ROLLBACK TO appends").execute(&mut *conn).await?;
-            Err(e)
-        }
-        ok => ok,
-    };
-    sqlx::query("RELEASE appends").execute(&mut *conn).await?;
-    Ok(outcome)
-}
-
-/// Most outbox rows one DELETE names (SQLite takes up to 32766 parameters).
-const DELIVERED_PER_DELETE: usize = 10_000;
-
-/// Appends waiting for their commit, each with its caller.
-type Appends = Vec<(Append, oneshot::Sender<Result<Appended, StoreError>>)>;
-/// Replies taken by the platform, each with its caller.
-type Deliveries = Vec<(i64, oneshot::Sender<Result<(), StoreError>>)>;
-
-/// The writes of a batch by kind.
-fn sort(batch: Vec<Pending>) -> (Appends, Vec<Box<dyn Job>>, Deliveries) {
-    let (mut appends, mut jobs, mut delivered) = (Vec::new(), Vec::new(), Vec::new());
-    for write in batch {
-        match write {
-            Pending::Append { append, reply } => appends.push((append, reply)),
-            Pending::Job(job) => jobs.push(job),
-            Pending::Delivered { message_id, reply } => delivered.push((message_id, reply)),
-        }
-    }
-    (appends, jobs, delivered)
-}
-
-fn fail_all(appends: Appends, jobs: Vec<Box<dyn Job>>, delivered: Deliveries, e: &StoreError) {
-    for (_, reply) in delivered {
-        let _ = reply.send(Err(e.duplicate()));
-    }
-    for (_, reply) in appends {
-        let _ = reply.send(Err(e.duplicate()));
-    }
-    for job in jobs {
-        job.finish(Err(e.duplicate()));
     }
 }
 
