@@ -8,8 +8,9 @@
 //!
 //! Two kinds of writes share a batch: appends of messages, applied together with a handful of
 //! multi-row statements, and [`Job`]s, any other write of the gateway's hot path (routing a
-//! new chat, queueing a message for a busy session, a platform cursor), each in a savepoint of
-//! its own so that one failing job undoes only itself. Writes that depend on one another never
+//! new chat, queueing a message for a busy session, a platform cursor). A batch is first tried
+//! trusting, everything at once; if a job fails or an append is refused, it is tried again with
+//! each write in a savepoint of its own, so that the one at fault undoes only itself. Writes that depend on one another never
 //! meet in a batch: a caller learns the result of one only after it committed.
 
 use std::future::Future;
@@ -69,7 +70,7 @@ trait Job: Send {
     /// Only an error that makes the whole batch retry is returned; the job's own outcome is
     /// kept for [`Job::finish`].
     fn run<'c>(&'c mut self, conn: &'c mut SqliteConnection) -> JobFuture<'c, ()>;
-    /// Whether the last run failed (its savepoint is rolled back).
+    /// Whether the last run failed (its savepoint, or the trusting attempt, is rolled back).
     fn failed(&self) -> bool;
     /// Hands the outcome to the caller once the batch is over.
     fn finish(self: Box<Self>, batch: Result<(), StoreError>);
@@ -198,7 +199,7 @@ impl Store {
                 return requeued;
             }
         };
-        let mut attempt = batch.first_attempt();
+        let mut attempt = Attempt::Trusting;
         let outcome = loop {
             match batch.commit(writer, attempt).await {
                 Ok(Some(results)) => break Ok(results),
@@ -244,7 +245,10 @@ mod tests {
     async fn a_failing_job_undoes_only_itself_in_a_shared_batch() {
         let dir = tempfile::tempdir().unwrap();
         let store = Store::open(StoreOptions::new(dir.path().join("state.db"))).await.unwrap();
-        // Holding the write lock makes both writes wait for the same batch.
+        let session =
+            store.create_session(&crate::NewSession::new(Platform::Telegram, "p")).await.unwrap();
+        // Holding the write lock makes all three writes wait for the same batch, which the
+        // failing job sends round again with care.
         let lock = store.inner.write_lock.lock().await;
         let failing = tokio::spawn({
             let store = store.clone();
@@ -271,12 +275,21 @@ mod tests {
             let store = store.clone();
             async move { store.set_cursor(Platform::Slack, "offset", "kept").await }
         });
-        while store.inner.writes.pending.lock().unwrap().len() < 2 {
+        let appending = tokio::spawn({
+            let (store, session) = (store.clone(), session.id.clone());
+            async move {
+                let message = crate::NewMessage::user("kept too");
+                store.append_inbound(&session, Platform::Telegram, "m1", message).await
+            }
+        });
+        while store.inner.writes.pending.lock().unwrap().len() < 3 {
             tokio::task::yield_now().await;
         }
         drop(lock);
         assert!(failing.await.unwrap().is_err());
         saving.await.unwrap().unwrap();
+        assert!(matches!(appending.await.unwrap(), Ok(Appended::Stored(_))));
+        assert_eq!(store.session(&session.id).await.unwrap().unwrap().message_count, 1);
         assert_eq!(store.cursor(Platform::Telegram, "offset").await.unwrap(), None);
         assert_eq!(store.cursor(Platform::Slack, "offset").await.unwrap().as_deref(), Some("kept"));
     }
