@@ -177,6 +177,7 @@ impl Store {
         if queue().is_empty() {
             return false;
         }
+        self.inner.writes.settle().await;
         let mut backoff = Backoff::start(self);
         // The lock first, the batch second: what queues while another process holds the lock
         // rides along in this batch instead of waiting a whole round for the next one.
@@ -230,6 +231,31 @@ impl Store {
             Err(e) => batch.fail(&e),
         }
         false
+    }
+}
+
+/// Most yields [`WriteQueue::settle`] spends waiting for the queue to stop growing.
+const SETTLE_YIELDS: usize = 8;
+
+impl WriteQueue {
+    fn len(&self) -> usize {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Lets the callers the last commit woke queue their next writes before the flusher asks
+    /// for the process lock: they are ready to run, and a few polls later they ride this
+    /// batch instead of waiting a whole round of the other processes for the next. Returns
+    /// once the queue did not grow over one yield, so a lone write pays a single yield.
+    async fn settle(&self) {
+        let mut seen = self.len();
+        for _ in 0..SETTLE_YIELDS {
+            tokio::task::yield_now().await;
+            let now = self.len();
+            if now == seen {
+                return;
+            }
+            seen = now;
+        }
     }
 }
 
