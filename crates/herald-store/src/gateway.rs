@@ -6,8 +6,9 @@ use std::sync::Arc;
 use herald_core::{ChatKind, ChatRef, Platform, Role, UserRef};
 use sqlx::SqliteConnection;
 
+use crate::appends::apply_batch;
 use crate::error::StoreError;
-use crate::messages::{Append, NewMessage, Sessions, TokenUsage, apply_batch};
+use crate::messages::{Append, NewMessage, TokenUsage};
 use crate::open::Store;
 use crate::sessions::{SESSION_COLUMNS, Session};
 use crate::time::now_ms;
@@ -319,7 +320,7 @@ async fn take_in(
         usage: TokenUsage::default(),
         outbox: None,
     };
-    let mut results = apply_batch(conn, &[&append], Sessions::Checked).await?;
+    let mut results = apply_batch(conn, &[&append]).await?;
     match results.pop() {
         Some(Ok(crate::Appended::Stored(ids))) => Ok(ids),
         Some(Err(e)) => Err(e),

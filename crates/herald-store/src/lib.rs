@@ -6,6 +6,7 @@
 //! routes, queued messages, cursors) are committed together (group commit) so a busy gateway
 //! pays for one commit, not one per chat. Depends only on herald-core.
 
+mod appends;
 mod checkpoint;
 mod error;
 mod gateway;

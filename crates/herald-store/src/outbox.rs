@@ -3,8 +3,9 @@
 use herald_core::{ChatKind, ChatRef, Platform};
 use sqlx::SqliteConnection;
 
+use crate::appends::{ROWS_PER_INSERT, placeholders};
 use crate::error::StoreError;
-use crate::messages::{Append, Delivery, ROWS_PER_INSERT, placeholders};
+use crate::messages::{Append, Delivery};
 use crate::open::Store;
 
 /// A stored reply still to deliver.

@@ -8,9 +8,10 @@ use std::time::{Duration, Instant};
 use herald_core::Platform;
 use sqlx::{Connection, SqliteConnection};
 
+use crate::appends::apply_batch;
 use crate::error::StoreError;
 use crate::index::index_chunk;
-use crate::messages::{Append, Sessions, apply_batch};
+use crate::messages::Append;
 use crate::open::{Store, StoreOptions};
 use crate::sessions::{NewSession, insert_session};
 
@@ -46,7 +47,7 @@ pub async fn write_turns_raw(
     let started = Instant::now();
     for _ in 0..turns {
         let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
-        apply_batch(&mut tx, &[&append], Sessions::Checked).await?;
+        apply_batch(&mut tx, &[&append]).await?;
         index_chunk(&mut tx, turn.len() as i64).await?;
         tx.commit().await?;
     }

@@ -6,25 +6,32 @@ use tokio::sync::oneshot;
 use tracing::debug;
 
 use super::{Job, Pending};
+use crate::appends::{self, Prepared};
 use crate::error::StoreError;
-use crate::messages::{self, Append, Appended, Sessions};
+use crate::messages::{Append, Appended};
 
 /// The writes of one batch by kind, each with the caller waiting for it.
 pub(super) struct Batch {
     appends: Vec<(Append, oneshot::Sender<Result<Appended, StoreError>>)>,
     jobs: Vec<Box<dyn Job>>,
     delivered: Vec<(i64, oneshot::Sender<Result<(), StoreError>>)>,
+    /// The trusting attempt's statements for the appends, in order: a part for those taken
+    /// before the write lock, and one for those that came while the flusher waited for it.
+    /// Appends they do not cover (their statements could not be built) make the batch go
+    /// straight to the careful attempt.
+    prepared: Vec<Prepared>,
 }
 
 /// How an attempt applies the batch's jobs and appends.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Attempt {
-    /// The first attempt at every batch: jobs and appends at once, the appends' sessions
-    /// assumed to exist, in no savepoint. That saves two statements of every job and three of
-    /// the appends, each a round trip to the connection's thread (60 to 250 us under a storm):
-    /// a batch of a hundred new sessions took 30 to 55 ms with a savepoint around each. A job
-    /// that fails or an append refused rolls the whole transaction back, and the batch is
-    /// tried again with care.
+    /// The first attempt at every batch: jobs and appends at once, in no savepoint, the
+    /// appends by the statements built before the lock (see [`Prepared`]), which assume their
+    /// sessions exist and their inbound ids are new. That saves two statements of every job
+    /// and three of the appends, each a round trip to the connection's thread (60 to 250 us
+    /// under a storm): a batch of a hundred new sessions took 30 to 55 ms with a savepoint
+    /// around each. A job that fails, or appends that break an assumption, roll the whole
+    /// transaction back, and the batch is tried again with care.
     Trusting,
     /// Jobs and appends each in a savepoint, sessions looked up, so that one write at fault
     /// fails alone.
@@ -37,7 +44,19 @@ const DELIVERED_PER_DELETE: usize = 10_000;
 impl Batch {
     /// The queued writes, sorted by kind.
     pub(super) fn sort(writes: Vec<Pending>) -> Batch {
-        let mut batch = Batch { appends: Vec::new(), jobs: Vec::new(), delivered: Vec::new() };
+        let mut batch = Batch {
+            appends: Vec::new(),
+            jobs: Vec::new(),
+            delivered: Vec::new(),
+            prepared: Vec::new(),
+        };
+        batch.add(writes);
+        batch
+    }
+
+    /// Adds `writes` to the batch; their appends are prepared with [`Batch::prepare`].
+    fn add(&mut self, writes: Vec<Pending>) {
+        let batch = self;
         for write in writes {
             match write {
                 Pending::Append { append, reply } => batch.appends.push((append, reply)),
@@ -47,7 +66,35 @@ impl Batch {
                 }
             }
         }
-        batch
+    }
+
+    /// Adds the writes that came while the flusher waited for the write lock, and prepares
+    /// their appends.
+    pub(super) fn absorb(&mut self, later: Vec<Pending>) {
+        self.add(later);
+        self.prepare();
+    }
+
+    /// Builds the trusting attempt's statements for the appends not yet prepared.
+    pub(super) fn prepare(&mut self) {
+        let done = self.prepared_appends();
+        if done == self.appends.len() {
+            return;
+        }
+        let appends: Vec<&Append> = self.appends[done..].iter().map(|(a, _)| a).collect();
+        match Prepared::build(&appends) {
+            Ok(part) => self.prepared.push(part),
+            Err(e) => debug!(error = %e, "could not build a batch's statements; it goes with care"),
+        }
+    }
+
+    fn prepared_appends(&self) -> usize {
+        self.prepared.iter().map(Prepared::len).sum()
+    }
+
+    /// Whether every append has its trusting statements (a batch that has not goes with care).
+    pub(super) fn prepared(&self) -> bool {
+        self.prepared_appends() == self.appends.len()
     }
 
     /// One attempt at the whole batch in one transaction on `writer`; `None` when a trusting
@@ -92,14 +139,27 @@ impl Batch {
             _ if batch.is_empty() => Vec::new(),
             Attempt::Careful => apply_with_care(&mut tx, &batch).await?,
             Attempt::Trusting => {
-                match messages::apply_batch(&mut tx, &batch, Sessions::Assumed).await {
-                    Err(e) if !e.is_retryable() => {
-                        debug!(error = %e, appends = batch.len(), "batch refused; trying it again with care");
-                        tx.rollback().await?;
-                        return Ok(None);
+                let mut stored = Vec::with_capacity(batch.len());
+                let mut rest = batch.as_slice();
+                for part in &self.prepared {
+                    let (appends, later) = rest.split_at(part.len());
+                    rest = later;
+                    match part.apply(&mut tx, appends).await {
+                        Ok(Some(ids)) => stored.extend(ids),
+                        Err(e) if e.is_retryable() => return Err(e),
+                        refused => {
+                            let error = refused.err().map(|e| e.to_string());
+                            debug!(
+                                ?error,
+                                appends = batch.len(),
+                                "batch refused; trying it again with care"
+                            );
+                            tx.rollback().await?;
+                            return Ok(None);
+                        }
                     }
-                    results => results?,
                 }
+                stored.into_iter().map(|ids| Ok(Appended::Stored(ids))).collect()
             }
         };
         tx.commit().await?;
@@ -164,7 +224,7 @@ async fn in_savepoint(
     batch: &[&Append],
 ) -> Result<Result<Vec<Result<Appended, StoreError>>, StoreError>, StoreError> {
     sqlx::query("SAVEPOINT appends").execute(&mut *conn).await?;
-    let outcome = match messages::apply_batch(conn, batch, Sessions::Checked).await {
+    let outcome = match appends::apply_batch(conn, batch).await {
         Err(e) if e.is_retryable() => return Err(e),
         Err(e) => {
             sqlx::query("ROLLBACK TO appends").execute(&mut *conn).await?;

@@ -179,28 +179,27 @@ impl Store {
         }
         self.inner.writes.settle().await;
         let mut backoff = Backoff::start(self);
-        // The lock first, the batch second: what queues while another process holds the lock
-        // rides along in this batch instead of waiting a whole round for the next one.
-        let waiting = queue().len();
-        let mut requeued = false;
+        // The batch is taken, and its statements built, before the lock: building them while
+        // another process writes keeps that work out of the time every writer waits for. What
+        // queues while this process waits for the lock still rides along in this batch,
+        // prepared once the lock is held, instead of waiting a whole round for the next one.
+        let mut batch = Batch::sort(std::mem::take(&mut *queue()));
+        batch.prepare();
         let held = self.inner.process_lock.acquire(&backoff).await;
-        let mut writes = std::mem::take(&mut *queue());
-        if held.is_err() && writes.len() > waiting {
-            // Only the writes that waited all along have run out of patience; the later ones
-            // go back to the front of the queue for the next flusher.
-            let later: Vec<Pending> = writes.drain(waiting..).collect();
-            queue().splice(0..0, later);
-            requeued = true;
-        }
-        let mut batch = Batch::sort(writes);
+        let later = std::mem::take(&mut *queue());
         let held = match held {
             Ok(held) => held,
             Err(e) => {
+                // Only the writes that waited all along have run out of patience; the later
+                // ones go back to the front of the queue for the next flusher.
+                let requeued = !later.is_empty();
+                queue().splice(0..0, later);
                 batch.fail(&e);
                 return requeued;
             }
         };
-        let mut attempt = Attempt::Trusting;
+        batch.absorb(later);
+        let mut attempt = if batch.prepared() { Attempt::Trusting } else { Attempt::Careful };
         let outcome = loop {
             match batch.commit(writer, attempt).await {
                 Ok(Some(results)) => break Ok(results),

@@ -148,3 +148,81 @@ async fn a_write_that_joined_late_gets_its_own_patience() {
     let history = store.history(&session.id).await.unwrap();
     assert_eq!(history[0].content, "question number 2");
 }
+
+/// Holds the lock file as another herald process would, spawns the `early` writes, and once
+/// the store's flusher has taken them and waits for the lock, the `late` ones; lets go after.
+async fn queue_behind_the_lock<T: Send + 'static>(
+    dir: &std::path::Path,
+    early: Vec<tokio::task::JoinHandle<T>>,
+    late: impl FnOnce() -> Vec<tokio::task::JoinHandle<T>>,
+) -> Vec<T> {
+    let other = std::fs::File::open(dir.join("state.db-lock")).unwrap();
+    other.lock().unwrap();
+    let mut writes = early;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    writes.extend(late());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    other.unlock().unwrap();
+    let mut done = Vec::new();
+    for write in writes {
+        done.push(write.await.unwrap());
+    }
+    done
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_that_queue_while_the_lock_is_held_are_stored_with_the_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(options(&dir.path().join("state.db"), 50, 10_000)).await.unwrap();
+    let mut sessions = Vec::new();
+    for user in ["a", "b", "c"] {
+        sessions.push(store.create_session(&session_for(Platform::Telegram, user)).await.unwrap());
+    }
+    let write = |s: usize, n: usize| {
+        let (store, id) = (store.clone(), sessions[s].id.clone());
+        tokio::spawn(async move { store.append_messages(&id, turn(n)).await.unwrap() })
+    };
+    let ids = queue_behind_the_lock(dir.path(), vec![write(0, 1), write(1, 2)], || {
+        vec![write(2, 3), write(0, 4)]
+    })
+    .await;
+    // Every message got its own id, in the order of the writes within the batch.
+    let all: Vec<i64> = ids.iter().flatten().copied().collect();
+    assert_eq!(all.len(), 16);
+    assert!(all.windows(2).all(|w| w[0] < w[1]), "{all:?}");
+    for (s, numbers) in [(0, [1, 4].as_slice()), (1, &[2]), (2, &[3])] {
+        let history = store.history(&sessions[s].id).await.unwrap();
+        let expected: Vec<String> =
+            numbers.iter().flat_map(|&n| turn(n)).map(|m| m.content).collect();
+        let stored: Vec<String> = history.into_iter().map(|m| m.content).collect();
+        assert_eq!(stored, expected);
+        let session = store.session(&sessions[s].id).await.unwrap().unwrap();
+        assert_eq!(session.message_count, 4 * numbers.len() as i64);
+        assert_eq!(session.tool_call_count, numbers.len() as i64);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redelivery_that_queued_behind_the_lock_is_recognized() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(options(&dir.path().join("state.db"), 50, 10_000)).await.unwrap();
+    let session = store.create_session(&session_for(Platform::Telegram, "a")).await.unwrap();
+    let inbound = |id: &'static str, text: &'static str| {
+        let (store, session) = (store.clone(), session.id.clone());
+        tokio::spawn(async move {
+            let message = herald_store::NewMessage::user(text);
+            store.append_inbound(&session, Platform::Telegram, id, message).await.unwrap()
+        })
+    };
+    let outcomes = queue_behind_the_lock(dir.path(), vec![inbound("7", "first")], || {
+        vec![inbound("7", "redelivered"), inbound("8", "second")]
+    })
+    .await;
+    assert!(matches!(outcomes[0], herald_store::Appended::Stored(_)), "{outcomes:?}");
+    assert_eq!(outcomes[1], herald_store::Appended::Duplicate);
+    assert!(matches!(outcomes[2], herald_store::Appended::Stored(_)), "{outcomes:?}");
+    let history = store.history(&session.id).await.unwrap();
+    let texts: Vec<&str> = history.iter().map(|m| m.content.as_str()).collect();
+    assert_eq!(texts, ["first", "second"]);
+    assert_eq!(store.session(&session.id).await.unwrap().unwrap().message_count, 2);
+}
