@@ -163,14 +163,7 @@ impl<P: Provider + 'static> Worker<P> {
         };
         let store = &self.shared.store;
         if busy || !self.queue.is_empty() {
-            let queued = store.queue_inbound(
-                self.key.as_str(),
-                &session.session.id,
-                &id,
-                &chat,
-                &user,
-                &text,
-            );
+            let queued = store.queue_inbound(self.key.as_str(), &id, &chat, &user, &text);
             match queued.await {
                 Ok(Some(seq)) => {
                     ack.settle();
@@ -214,12 +207,7 @@ impl<P: Provider + 'static> Worker<P> {
         allowed: Allowed,
         busy: bool,
     ) -> Option<JoinHandle<TurnEnd>> {
-        let session = self.session.as_ref().map(|s| s.session.id.clone());
-        let recorded = self.shared.store.record_inbound(
-            inbound.chat.platform,
-            &inbound.id,
-            session.as_deref(),
-        );
+        let recorded = self.shared.store.record_inbound(inbound.chat.platform, &inbound.id);
         match recorded.await {
             Ok(true) => inbound.ack.settle(),
             Ok(false) => {

@@ -13,13 +13,14 @@
 //! [`apply_batch`] is that careful way: sessions looked up first, inbound ids recorded with
 //! `RETURNING`, and each append given its own result.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use sqlx::sqlite::{SqliteArguments, SqliteQueryResult};
 use sqlx::{Execute, Sqlite, SqliteConnection};
 
 use crate::error::StoreError;
 use crate::messages::{Append, Appended, NewMessage};
+use crate::numbers::SessionNumbers;
 use crate::time::now_ms;
 
 /// Most message rows per INSERT: 10 parameters each stays under SQLite's 32766.
@@ -69,16 +70,26 @@ pub(crate) struct Prepared {
 }
 
 impl Prepared {
-    /// Builds the statements for `appends`, all assumed to be new to the store.
-    pub(crate) fn build(appends: &[&Append]) -> Result<Prepared, StoreError> {
+    /// Builds the statements for `appends`, all assumed to be new to the store, their sessions
+    /// numbered as `numbers` says; fails for a session whose number is not known.
+    pub(crate) fn build(
+        appends: &[&Append],
+        numbers: &SessionNumbers,
+    ) -> Result<Prepared, StoreError> {
         let now = now_ms();
+        let mut known = HashMap::new();
+        for append in appends {
+            let id = append.session_id.as_str();
+            let no = numbers.get(id).ok_or_else(|| StoreError::SessionNotFound(id.to_owned()))?;
+            known.insert(id, no);
+        }
         let inbound: Vec<_> = appends.iter().filter_map(|a| inbound_key(a)).collect();
         Ok(Prepared {
             appends: appends.len(),
             now,
             inbound: inbound_statements(&inbound, now, false)?,
-            counters: counter_statements(appends, now)?,
-            messages: message_statements(appends, now)?,
+            counters: counter_statements(appends, &known, now)?,
+            messages: message_statements(appends, &known, now)?,
         })
     }
 
@@ -97,8 +108,9 @@ impl Prepared {
     ) -> Result<Option<Vec<Vec<i64>>>, StoreError> {
         debug_assert_eq!(appends.len(), self.appends);
         // A redelivered message leaves its row out (ON CONFLICT DO NOTHING); a session that is
-        // gone leaves its counters unchanged (an append without messages would fail no foreign
-        // key, so the counters are where every missing session shows).
+        // gone, or whose number was given to another since this process noted it, leaves its
+        // counters unchanged (an append without messages would fail no foreign key, so the
+        // counters are where every such session shows).
         for statement in self.inbound.iter().chain(&self.counters) {
             if statement.execute(conn).await?.rows_affected() < statement.rows as u64 {
                 return Ok(None);
@@ -120,7 +132,8 @@ pub(crate) async fn apply_batch(
 ) -> Result<Vec<Result<Appended, StoreError>>, StoreError> {
     let now = now_ms();
     let existing = existing_sessions(conn, batch).await?;
-    let exists = |a: &Append| existing.contains(a.session_id.as_str());
+    let exists = |a: &Append| existing.contains_key(a.session_id.as_str());
+    let known: HashMap<&str, i64> = existing.iter().map(|(id, no)| (id.as_str(), *no)).collect();
     let inbound: Vec<_> =
         batch.iter().filter(|a| exists(a)).filter_map(|a| inbound_key(a)).collect();
     let mut fresh = HashSet::new();
@@ -144,11 +157,11 @@ pub(crate) async fn apply_batch(
             kept.push(append);
         }
     }
-    for statement in counter_statements(&kept, now)? {
+    for statement in counter_statements(&kept, &known, now)? {
         // Every session of `kept` was found above, inside this transaction.
         statement.execute(conn).await?;
     }
-    let stored = insert_messages(conn, &message_statements(&kept, now)?, &kept).await?;
+    let stored = insert_messages(conn, &message_statements(&kept, &known, now)?, &kept).await?;
     crate::outbox::insert(conn, &kept, &stored, now).await?;
     let mut ids = stored.into_iter();
     Ok(results
@@ -157,17 +170,19 @@ pub(crate) async fn apply_batch(
         .collect())
 }
 
+/// The batch's sessions that exist, with their numbers.
 async fn existing_sessions(
     conn: &mut SqliteConnection,
     batch: &[&Append],
-) -> Result<HashSet<String>, StoreError> {
+) -> Result<HashMap<String, i64>, StoreError> {
     let mut wanted: Vec<&str> = batch.iter().map(|a| a.session_id.as_str()).collect();
     wanted.sort_unstable();
     wanted.dedup();
-    let mut found = HashSet::new();
+    let mut found = HashMap::new();
     for chunk in wanted.chunks(ROWS_PER_INSERT) {
-        let sql = format!("SELECT id FROM sessions WHERE id IN ({})", placeholders(chunk.len(), 1));
-        let mut query = sqlx::query_scalar::<_, String>(sqlx::AssertSqlSafe(sql));
+        let sql =
+            format!("SELECT id, no FROM sessions WHERE id IN ({})", placeholders(chunk.len(), 1));
+        let mut query = sqlx::query_as::<_, (String, i64)>(sqlx::AssertSqlSafe(sql));
         for id in chunk {
             query = query.bind(*id);
         }
@@ -176,16 +191,16 @@ async fn existing_sessions(
     Ok(found)
 }
 
-/// The inbound id an append records, with its session.
-fn inbound_key(append: &Append) -> Option<(&str, &str, &str)> {
+/// The inbound id an append records.
+fn inbound_key(append: &Append) -> Option<(&str, &str)> {
     let (platform, id) = append.dedupe.as_ref()?;
-    Some((platform.as_str(), id.as_str(), append.session_id.as_str()))
+    Some((platform.as_str(), id.as_str()))
 }
 
 /// Records inbound ids, leaving out those seen before; `returning` makes each statement
 /// return the ids it recorded.
 fn inbound_statements(
-    inbound: &[(&str, &str, &str)],
+    inbound: &[(&str, &str)],
     now: i64,
     returning: bool,
 ) -> Result<Vec<Statement>, StoreError> {
@@ -194,22 +209,26 @@ fn inbound_statements(
         .chunks(ROWS_PER_INSERT)
         .map(|chunk| {
             let sql = format!(
-                "INSERT INTO processed_inbound (platform, message_id, session_id, received_at)
+                "INSERT INTO processed_inbound (platform, message_id, received_at)
                  VALUES {} ON CONFLICT DO NOTHING{tail}",
-                placeholders(chunk.len(), 4)
+                placeholders(chunk.len(), 3)
             );
             let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
-            for (platform, id, session) in chunk {
-                query = query.bind(platform.to_string()).bind(id.to_string());
-                query = query.bind(session.to_string()).bind(now);
+            for (platform, id) in chunk {
+                query = query.bind(platform.to_string()).bind(id.to_string()).bind(now);
             }
             Statement::new(query, chunk.len())
         })
         .collect()
 }
 
-/// Adds each append to its session's counters: one row per session.
-fn counter_statements(appends: &[&Append], now: i64) -> Result<Vec<Statement>, StoreError> {
+/// Adds each append to its session's counters: one row per session, named by id and number
+/// (a row whose number no longer goes with its id changes nothing).
+fn counter_statements(
+    appends: &[&Append],
+    numbers: &HashMap<&str, i64>,
+    now: i64,
+) -> Result<Vec<Statement>, StoreError> {
     let mut totals: BTreeMap<&str, [i64; 4]> = BTreeMap::new();
     for append in appends {
         let t = totals.entry(append.session_id.as_str()).or_default();
@@ -222,17 +241,18 @@ fn counter_statements(appends: &[&Append], now: i64) -> Result<Vec<Statement>, S
     rows.chunks(ROWS_PER_INSERT)
         .map(|chunk| {
             let sql = format!(
-                "WITH d (id, messages, calls, input, output) AS (VALUES {})
+                "WITH d (id, no, messages, calls, input, output) AS (VALUES {})
                  UPDATE sessions SET message_count = message_count + d.messages,
                         tool_call_count = tool_call_count + d.calls,
                         input_tokens = input_tokens + d.input, output_tokens = output_tokens + d.output,
                         updated_at = ?
-                 FROM d WHERE sessions.id = d.id",
-                placeholders(chunk.len(), 5)
+                 FROM d WHERE sessions.no = d.no AND sessions.id = d.id",
+                placeholders(chunk.len(), 6)
             );
             let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
             for (id, [messages, calls, input, output]) in chunk {
-                query = query.bind(id.to_string()).bind(*messages).bind(*calls);
+                let no = numbers.get(id).copied();
+                query = query.bind(id.to_string()).bind(no).bind(*messages).bind(*calls);
                 query = query.bind(*input).bind(*output);
             }
             Statement::new(query.bind(now), chunk.len())
@@ -240,24 +260,30 @@ fn counter_statements(appends: &[&Append], now: i64) -> Result<Vec<Statement>, S
         .collect()
 }
 
-/// Inserts every message of `appends`, in order.
-fn message_statements(appends: &[&Append], now: i64) -> Result<Vec<Statement>, StoreError> {
-    let rows: Vec<(&str, &NewMessage)> = appends
-        .iter()
-        .flat_map(|a| a.messages.iter().map(|m| (a.session_id.as_str(), m)))
-        .collect();
+/// Inserts every message of `appends`, in order, under its session's number.
+fn message_statements(
+    appends: &[&Append],
+    numbers: &HashMap<&str, i64>,
+    now: i64,
+) -> Result<Vec<Statement>, StoreError> {
+    let mut rows: Vec<(i64, &NewMessage)> = Vec::new();
+    for append in appends {
+        let id = append.session_id.as_str();
+        let no = *numbers.get(id).ok_or_else(|| StoreError::SessionNotFound(id.to_owned()))?;
+        rows.extend(append.messages.iter().map(|m| (no, m)));
+    }
     rows.chunks(ROWS_PER_INSERT)
         .map(|chunk| {
             let sql = format!(
-                "INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id,
+                "INSERT INTO messages (session_no, role, content, tool_calls, tool_call_id,
                                        tool_name, platform_message_id, token_count, created_at, cjk)
                  VALUES {}",
                 placeholders(chunk.len(), 10)
             );
             let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
-            for (session, m) in chunk {
+            for (no, m) in chunk {
                 query = query
-                    .bind(session.to_string())
+                    .bind(*no)
                     .bind(m.role.as_str())
                     .bind(m.content.clone())
                     .bind(m.tool_calls.as_ref().map(serde_json::Value::to_string))

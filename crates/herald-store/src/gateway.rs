@@ -113,7 +113,6 @@ impl Store {
     pub async fn queue_inbound(
         &self,
         session_key: &str,
-        session_id: &str,
         message_id: &str,
         chat: &ChatRef,
         user: &UserRef,
@@ -121,7 +120,6 @@ impl Store {
     ) -> Result<Option<i64>, StoreError> {
         let queued = Arc::new(ToQueue {
             session_key: session_key.to_owned(),
-            session_id: session_id.to_owned(),
             message_id: message_id.to_owned(),
             chat: chat.clone(),
             user: user.clone(),
@@ -167,7 +165,7 @@ impl Store {
         Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT {SESSION_COLUMNS} FROM sessions
              WHERE id IN (SELECT session_id FROM routes) AND ended_at IS NULL
-               AND (SELECT role FROM messages WHERE session_id = sessions.id
+               AND (SELECT role FROM messages WHERE session_no = sessions.no
                     ORDER BY id DESC LIMIT 1) = 'user'
              ORDER BY updated_at"
         )))
@@ -207,11 +205,14 @@ async fn last_user_message(
     conn: &mut SqliteConnection,
     session_id: &str,
 ) -> Result<Option<i64>, StoreError> {
-    Ok(sqlx::query_scalar("SELECT max(id) FROM messages WHERE session_id = ? AND role = ?")
-        .bind(session_id)
-        .bind(Role::User.as_str())
-        .fetch_one(&mut *conn)
-        .await?)
+    Ok(sqlx::query_scalar(
+        "SELECT max(id) FROM messages
+         WHERE session_no = (SELECT no FROM sessions WHERE id = ?) AND role = ?",
+    )
+    .bind(session_id)
+    .bind(Role::User.as_str())
+    .fetch_one(&mut *conn)
+    .await?)
 }
 
 /// Deletes a session's messages from id `from` on and keeps its counters true.
@@ -222,17 +223,20 @@ async fn delete_from(
 ) -> Result<u64, StoreError> {
     let (messages, calls): (i64, i64) = sqlx::query_as(
         "SELECT count(*), coalesce(sum(json_array_length(tool_calls)), 0)
-         FROM messages WHERE session_id = ? AND id >= ?",
+         FROM messages WHERE session_no = (SELECT no FROM sessions WHERE id = ?) AND id >= ?",
     )
     .bind(session_id)
     .bind(from)
     .fetch_one(&mut *conn)
     .await?;
-    sqlx::query("DELETE FROM messages WHERE session_id = ? AND id >= ?")
-        .bind(session_id)
-        .bind(from)
-        .execute(&mut *conn)
-        .await?;
+    sqlx::query(
+        "DELETE FROM messages
+         WHERE session_no = (SELECT no FROM sessions WHERE id = ?) AND id >= ?",
+    )
+    .bind(session_id)
+    .bind(from)
+    .execute(&mut *conn)
+    .await?;
     sqlx::query(
         "UPDATE sessions SET message_count = max(message_count - ?1, 0),
                 tool_call_count = max(tool_call_count - ?2, 0), updated_at = ?3
@@ -251,7 +255,6 @@ async fn delete_from(
 #[derive(Debug)]
 struct ToQueue {
     session_key: String,
-    session_id: String,
     message_id: String,
     chat: ChatRef,
     user: UserRef,
@@ -261,12 +264,11 @@ struct ToQueue {
 async fn queue_in(conn: &mut SqliteConnection, q: &ToQueue) -> Result<Option<i64>, StoreError> {
     let now = now_ms();
     let fresh = sqlx::query(
-        "INSERT INTO processed_inbound (platform, message_id, session_id, received_at)
-         VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        "INSERT INTO processed_inbound (platform, message_id, received_at)
+         VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
     )
     .bind(q.chat.platform.as_str())
     .bind(&q.message_id)
-    .bind(&q.session_id)
     .bind(now)
     .execute(&mut *conn)
     .await?

@@ -80,9 +80,10 @@ impl Store {
         let last = known.last().map_or(0, |m| m.id);
         // One statement, so both halves see the same snapshot.
         let (kept, json): (i64, String) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT (SELECT count(*) FROM messages WHERE session_id = ?1 AND id <= ?2),
+            "SELECT (SELECT count(*) FROM messages WHERE session_no = s.no AND id <= ?2),
                     (SELECT coalesce(json_group_array({ROW} ORDER BY id), '[]')
-                     FROM messages WHERE session_id = ?1 AND id > ?2)"
+                     FROM messages WHERE session_no = s.no AND id > ?2)
+             FROM (SELECT (SELECT no FROM sessions WHERE id = ?1) AS no) s"
         )))
         .bind(session_id)
         .bind(last)

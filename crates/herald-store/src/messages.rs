@@ -225,16 +225,14 @@ impl Store {
         &self,
         platform: Platform,
         platform_message_id: &str,
-        session_id: Option<&str>,
     ) -> Result<bool, StoreError> {
         crate::write::write_tx!(self, |conn| async {
             let fresh = sqlx::query(
-                "INSERT INTO processed_inbound (platform, message_id, session_id, received_at)
-                 VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                "INSERT INTO processed_inbound (platform, message_id, received_at)
+                 VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
             )
             .bind(platform.as_str())
             .bind(platform_message_id)
-            .bind(session_id)
             .bind(now_ms())
             .execute(&mut *conn)
             .await?

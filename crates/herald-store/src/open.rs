@@ -7,14 +7,15 @@ use std::time::Duration;
 
 use sqlx::migrate::Migrator;
 use sqlx::sqlite::{SqliteConnectOptions, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Connection, SqliteConnection};
-use tracing::{debug, warn};
+use sqlx::{ConnectOptions, Connection, SqliteConnection};
+use tracing::{debug, info, warn};
 
 use crate::checkpoint::Checkpointer;
-use crate::error::StoreError;
+use crate::error::{StoreError, is_lock_error};
 use crate::group::WriteQueue;
 use crate::history::HistoryCache;
 use crate::index::Indexer;
+use crate::numbers::SessionNumbers;
 use crate::write::ProcessLock;
 
 /// The migrations of top-level `migrations/`, embedded at build time.
@@ -64,6 +65,9 @@ pub(crate) struct Inner {
     /// up to 0.8 ms to prepare; taken from the pool, the writer went round its connections and
     /// prepared the same statements in each. `None` once the store is closed.
     pub(crate) write_lock: tokio::sync::Mutex<Option<SqliteConnection>>,
+    /// Whether the writer keeps statement journals in memory (see [`Store::journals_in_memory`]);
+    /// read and set only while `write_lock` is held.
+    pub(crate) journals_in_memory: std::sync::atomic::AtomicBool,
     /// How to open the writer again when it is found broken (see `heal_writer`).
     pub(crate) writer_options: SqliteConnectOptions,
     pub(crate) writes: WriteQueue,
@@ -71,6 +75,7 @@ pub(crate) struct Inner {
     pub(crate) indexer: Indexer,
     pub(crate) checkpointer: Checkpointer,
     pub(crate) history: HistoryCache,
+    pub(crate) numbers: SessionNumbers,
     /// Serializes writers across herald processes (see [`ProcessLock`]).
     pub(crate) process_lock: ProcessLock,
 }
@@ -101,8 +106,11 @@ impl Store {
 
         // Journal mode and migrations first, on one connection: switching to WAL needs the
         // database to itself, and nothing else should see a half-migrated schema.
+        // A migration may take seconds (rebuilding a table of a million messages takes about
+        // six): sqlx would log its whole text as a slow statement; `migrate` says what it does.
+        let migrating = connect.clone().disable_statement_logging();
         let mut conn =
-            SqliteConnection::connect_with(&connect).await.map_err(|e| fail(e.to_string()))?;
+            SqliteConnection::connect_with(&migrating).await.map_err(|e| fail(e.to_string()))?;
         let wal = ensure_wal(&mut conn, &path).await.map_err(|e| fail(e.to_string()))?;
         migrate(&mut conn, &path).await?;
         conn.close().await.map_err(|e| fail(e.to_string()))?;
@@ -128,12 +136,14 @@ impl Store {
                 wal,
                 write_patience: options.write_patience,
                 write_lock: tokio::sync::Mutex::new(Some(writer)),
+                journals_in_memory: std::sync::atomic::AtomicBool::new(false),
                 writer_options,
                 writes: WriteQueue::default(),
                 busy_retries: AtomicU64::new(0),
                 indexer: Indexer::default(),
                 checkpointer: Checkpointer::default(),
                 history: HistoryCache::default(),
+                numbers: SessionNumbers::default(),
                 process_lock,
             }),
         })
@@ -241,14 +251,170 @@ async fn migrate(conn: &mut SqliteConnection, path: &Path) -> Result<(), StoreEr
         if found == known {
             return Ok(());
         }
-        match MIGRATOR.run(&mut *conn).await {
-            Ok(()) => return Ok(()),
-            Err(e) if attempt < 20 => {
-                debug!(error = %e, attempt, "migration raced another process; checking again");
-                attempt += 1;
-                tokio::time::sleep(Duration::from_millis(rand::random_range(20..120))).await;
-            }
-            Err(e) => return Err(fail(format!("migration failed: {e}"))),
+        let upgrading = found > 0;
+        if upgrading && attempt == 0 {
+            info!(path = %path.display(), from = found, to = known, "upgrading the store's schema");
         }
+        let started = std::time::Instant::now();
+        let error = match MIGRATOR.run(&mut *conn).await {
+            Ok(()) => {
+                if upgrading {
+                    let elapsed_ms = started.elapsed().as_millis() as u64;
+                    info!(elapsed_ms, version = known, "upgraded the store's schema");
+                }
+                return Ok(());
+            }
+            Err(e) => e,
+        };
+        // Another process may have migrated the file meanwhile (its migration then fails here on
+        // what already exists), or still be migrating it (the lock). Anything else is an error
+        // of this migration, and trying it again would only fail again, slowly.
+        let done = applied_version(conn).await.is_ok_and(|found| found >= known);
+        let locked = matches!(&error, sqlx::migrate::MigrateError::Execute(e) if is_lock_error(e))
+            || matches!(&error, sqlx::migrate::MigrateError::ExecuteMigration(e, _) if is_lock_error(e));
+        if done {
+            continue;
+        }
+        if !locked || attempt >= 20 {
+            return Err(fail(format!("migration failed: {error}")));
+        }
+        debug!(error = %error, attempt, "the file is being migrated by another process; waiting");
+        attempt += 1;
+        tokio::time::sleep(Duration::from_millis(rand::random_range(20..120))).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use herald_core::Platform;
+    use sqlx::{Connection, SqliteConnection};
+
+    use super::*;
+    use crate::{NewMessage, SearchQuery};
+
+    /// The last migration before sessions were numbered.
+    const BEFORE_NUMBERS: i64 = 20261203000003;
+
+    /// Writes, on the schema of [`BEFORE_NUMBERS`], two sessions with their messages (one in
+    /// Chinese, one with tool calls), indexes them for search, puts a reply in the outbox and
+    /// records inbound ids, then deletes the newest message so the sequence runs past the
+    /// largest id left.
+    async fn old_store(path: &Path) {
+        create_private_file(path).unwrap();
+        let url = format!("sqlite://{}", path.display());
+        let mut conn = SqliteConnection::connect(&url).await.unwrap();
+        sqlx::query("PRAGMA foreign_keys = ON").execute(&mut conn).await.unwrap();
+        MIGRATOR.run_to(BEFORE_NUMBERS, &mut conn).await.unwrap();
+        sqlx::raw_sql(
+            "INSERT INTO system_prompts VALUES ('h', 'You are Herald.', 1);
+             INSERT INTO sessions (id, source, user_id, system_prompt_hash, started_at, updated_at,
+                                   message_count, tool_call_count)
+             VALUES ('0190-a', 'telegram', 'ann', 'h', 1, 1, 3, 1),
+                    ('0190-b', 'cli', NULL, 'h', 2, 2, 2, 0);
+             INSERT INTO messages (session_id, role, content, tool_calls, created_at, cjk)
+             VALUES ('0190-a', 'user', 'deploy the server please', NULL, 10, 0),
+                    ('0190-b', 'user', '聊天记录，记忆断裂问题复现了', NULL, 11, 1),
+                    ('0190-a', 'assistant', '', '[{\"id\":\"c1\"}]', 12, 0),
+                    ('0190-a', 'assistant', 'the server is deployed', NULL, 13, 0),
+                    ('0190-b', 'assistant', 'noted', NULL, 14, 0),
+                    ('0190-b', 'assistant', 'dropped by undo', NULL, 15, 0);
+             INSERT INTO processed_inbound VALUES ('telegram', 'm1', '0190-a', 10);
+             INSERT INTO outbox (message_id, session_id, platform, chat_id, chat_kind, text,
+                                 created_at)
+             VALUES (4, '0190-a', 'telegram', '42', 'dm', 'the server is deployed', 13);",
+        )
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        let mut tx = conn.begin().await.unwrap();
+        crate::index::index_chunk(&mut tx, 100).await.unwrap();
+        tx.commit().await.unwrap();
+        sqlx::query("DELETE FROM messages WHERE id = 6").execute(&mut conn).await.unwrap();
+        conn.close().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_large_store_from_before_session_numbers_migrates() {
+        // Rebuilding the history index reuses the pages the old messages table freed, so its
+        // statement keeps their old content until it ends: here about 10 MB. A SQLite built to
+        // keep statement journals in memory up to 8 MiB could not spill one that large to disk
+        // and failed this migration with "database or disk is full".
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        create_private_file(&path).unwrap();
+        let url = format!("sqlite://{}", path.display());
+        let mut conn = SqliteConnection::connect(&url).await.unwrap();
+        MIGRATOR.run_to(BEFORE_NUMBERS, &mut conn).await.unwrap();
+        sqlx::raw_sql(
+            "INSERT INTO sessions (id, source, started_at, updated_at)
+             WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000)
+             SELECT printf('s%04d', i), 'cli', i, i FROM n;
+             INSERT INTO messages (session_id, role, content, created_at)
+             WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 900000)
+             SELECT printf('s%04d', 1 + i % 1000), 'user', 'm', i FROM n;",
+        )
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        conn.close().await.unwrap();
+        let store = Store::open(StoreOptions::new(&path)).await.unwrap();
+        assert_eq!(store.history("s0001").await.unwrap().len(), 900);
+        assert_eq!(store.health().await.unwrap().integrity, ["ok"]);
+    }
+
+    #[tokio::test]
+    async fn a_store_from_before_session_numbers_keeps_everything() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        old_store(&path).await;
+        let store = Store::open(StoreOptions::new(&path)).await.unwrap();
+
+        let texts = |history: Vec<crate::StoredMessage>| -> Vec<(String, String)> {
+            history.into_iter().map(|m| (m.session_id, m.content)).collect()
+        };
+        let a = store.history("0190-a").await.unwrap();
+        assert_eq!(a[1].tool_calls, Some(serde_json::json!([{"id": "c1"}])));
+        assert_eq!(
+            texts(a),
+            [
+                ("0190-a", "deploy the server please"),
+                ("0190-a", ""),
+                ("0190-a", "the server is deployed")
+            ]
+            .map(|(s, t)| (s.to_owned(), t.to_owned()))
+        );
+        assert_eq!(texts(store.history("0190-b").await.unwrap()).len(), 2);
+
+        // The search index is still the one of the messages: found, with their sessions.
+        let hit = |text: &str| {
+            let store = store.clone();
+            let query = SearchQuery::new(text);
+            async move { store.search(&query).await.unwrap() }
+        };
+        let deployed = hit("deployed").await;
+        assert_eq!((deployed.len(), deployed[0].session_id.as_str()), (1, "0190-a"));
+        assert_eq!(hit("记忆断裂").await[0].session_id, "0190-b");
+        let health = store.health().await.unwrap();
+        assert!(health.search_index_ok && health.integrity == ["ok"], "{health:?}");
+
+        // The outbox and the dedupe records came through; a new message takes a new id.
+        assert_eq!(store.undelivered().await.unwrap()[0].message_id, 4);
+        let again = store.append_inbound("0190-a", Platform::Telegram, "m1", NewMessage::user("x"));
+        assert_eq!(again.await.unwrap(), crate::Appended::Duplicate);
+        let ids = store.append_messages("0190-b", vec![NewMessage::user("after")]).await.unwrap();
+        assert_eq!(ids, [7], "a deleted message's id was given again");
+        let b = store.session("0190-b").await.unwrap().unwrap();
+        assert_eq!(b.message_count, 3);
+
+        // Deleting a session takes its messages, and their search entries, with it.
+        store.delete_session("0190-a").await.unwrap();
+        assert!(hit("deployed").await.is_empty());
+        assert!(store.undelivered().await.unwrap().is_empty());
+        let health = store.health().await.unwrap();
+        assert!(health.search_index_ok && health.integrity == ["ok"], "{health:?}");
+        let broken: Vec<(String, i64)> =
+            sqlx::query_as("PRAGMA foreign_key_check").fetch_all(&store.inner.pool).await.unwrap();
+        assert!(broken.is_empty(), "{broken:?}");
     }
 }

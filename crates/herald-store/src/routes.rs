@@ -54,6 +54,7 @@ impl Store {
             })
         })
         .await
+        .map(|(session, created)| (self.noted(session), created))
     }
 
     /// Starts a fresh session for a key: ends the one it was routed to with `end_reason`,
@@ -77,6 +78,7 @@ impl Store {
             upsert_route(conn, key, &session.id).await?;
             Ok::<_, StoreError>(session)
         })
+        .map(|session| self.noted(session))
     }
 }
 

@@ -15,7 +15,7 @@ use crate::write::write_tx;
 
 pub(crate) const SESSION_COLUMNS: &str = "id, source, session_key, chat_id, thread_id, user_id, chat_type, \
     title, model, system_prompt_hash, parent_session_id, started_at, updated_at, ended_at, \
-    end_reason, message_count, tool_call_count, input_tokens, output_tokens";
+    end_reason, message_count, tool_call_count, input_tokens, output_tokens, no";
 
 /// A conversation: one chat window, or one run of `herald chat`.
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
@@ -59,6 +59,9 @@ pub struct Session {
     pub input_tokens: i64,
     /// Completion tokens reported by the model.
     pub output_tokens: i64,
+    /// Its number in this file, which its messages are stored under.
+    #[serde(skip)]
+    pub(crate) no: i64,
 }
 
 /// What a new session starts with.
@@ -115,22 +118,18 @@ pub struct SessionFilter {
 impl Store {
     /// Creates a session and stores its system prompt (in the next group commit).
     pub async fn create_session(&self, new: &NewSession) -> Result<Session, StoreError> {
-        let new = std::sync::Arc::new(new.clone());
-        self.grouped(move |conn| {
-            let new = std::sync::Arc::clone(&new);
-            Box::pin(async move { insert_session(conn, &new).await })
-        })
-        .await
+        self.create(new.clone()).await.map(|session| self.noted(session))
     }
 
     /// The session with exactly this id.
     pub async fn session(&self, id: &str) -> Result<Option<Session>, StoreError> {
-        Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        let found: Option<Session> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?"
         )))
         .bind(id)
         .fetch_optional(&self.inner.pool)
-        .await?)
+        .await?;
+        Ok(found.map(|session| self.noted(session)))
     }
 
     /// Finds a session by exact id, exact title, or a unique id prefix.
@@ -150,14 +149,14 @@ impl Store {
         .fetch_all(&self.inner.pool)
         .await?;
         if let Some(exact) = found.iter().position(|s| s.id == reference) {
-            return Ok(found.swap_remove(exact));
+            return Ok(self.noted(found.swap_remove(exact)));
         }
         if let Some(titled) = found.iter().position(|s| s.title.as_deref() == Some(reference)) {
-            return Ok(found.swap_remove(titled));
+            return Ok(self.noted(found.swap_remove(titled)));
         }
         match found.len() {
             0 => Err(not_found()),
-            1 => Ok(found.remove(0)),
+            1 => Ok(self.noted(found.remove(0))),
             count => Err(StoreError::AmbiguousSession { reference: reference.to_owned(), count }),
         }
     }
@@ -252,6 +251,7 @@ impl Store {
             forget_unused_prompts(conn).await?;
             Ok::<_, StoreError>(messages)
         })?;
+        self.inner.numbers.forget(id);
         deleted.ok_or_else(|| StoreError::SessionNotFound(id.to_owned()))
     }
 
@@ -285,6 +285,94 @@ fn prompt_hash(prompt: &str) -> String {
     Sha256::digest(prompt.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// Most sessions one INSERT names: 13 parameters each stays under SQLite's 32766.
+const SESSIONS_PER_INSERT: usize = 2000;
+
+/// Inserts new sessions and their prompts inside the caller's transaction with three statements
+/// whatever their number (the group commit's way of creating the sessions of many new chats at
+/// once): the prompts, the largest session number, the sessions. Fails as a whole (a parent
+/// session that is gone), leaving the caller to create them one by one.
+pub(crate) async fn insert_sessions(
+    conn: &mut SqliteConnection,
+    news: &[&NewSession],
+) -> Result<Vec<Session>, StoreError> {
+    let now = now_ms();
+    let hashes: Vec<String> = news.iter().map(|new| prompt_hash(&new.system_prompt)).collect();
+    let mut prompts: Vec<(&str, &str)> =
+        hashes.iter().zip(news).map(|(h, new)| (h.as_str(), new.system_prompt.as_str())).collect();
+    prompts.sort_unstable_by_key(|(hash, _)| *hash);
+    prompts.dedup_by_key(|(hash, _)| *hash);
+    for chunk in prompts.chunks(SESSIONS_PER_INSERT) {
+        let sql = format!(
+            "INSERT INTO system_prompts (hash, prompt, created_at) VALUES {} ON CONFLICT DO NOTHING",
+            crate::appends::placeholders(chunk.len(), 3)
+        );
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for (hash, prompt) in chunk {
+            query = query.bind(*hash).bind(*prompt).bind(now);
+        }
+        query.execute(&mut *conn).await?;
+    }
+    let last: i64 = sqlx::query_scalar("SELECT coalesce(max(no), 0) FROM sessions")
+        .fetch_one(&mut *conn)
+        .await?;
+    let sessions: Vec<Session> = news
+        .iter()
+        .zip(hashes)
+        .zip(last + 1..)
+        .map(|((new, hash), no)| Session {
+            id: uuid::Uuid::now_v7().to_string(),
+            source: new.source,
+            session_key: new.session_key.clone(),
+            chat_id: new.chat_id.clone(),
+            thread_id: new.thread_id.clone(),
+            user_id: new.user_id.clone(),
+            chat_type: new.chat_type.clone(),
+            title: None,
+            model: new.model.clone(),
+            system_prompt_hash: Some(hash),
+            parent_session_id: new.parent_session_id.clone(),
+            started_at: now,
+            updated_at: now,
+            ended_at: None,
+            end_reason: None,
+            message_count: 0,
+            tool_call_count: 0,
+            input_tokens: 0,
+            output_tokens: 0,
+            no,
+        })
+        .collect();
+    for chunk in sessions.chunks(SESSIONS_PER_INSERT) {
+        let sql = format!(
+            "INSERT INTO sessions (no, id, source, session_key, chat_id, thread_id, user_id,
+                                   chat_type, model, system_prompt_hash, parent_session_id,
+                                   started_at, updated_at)
+             VALUES {}",
+            crate::appends::placeholders(chunk.len(), 13)
+        );
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for s in chunk {
+            query = query
+                .bind(s.no)
+                .bind(&s.id)
+                .bind(s.source.as_str())
+                .bind(&s.session_key)
+                .bind(&s.chat_id)
+                .bind(&s.thread_id)
+                .bind(&s.user_id)
+                .bind(&s.chat_type)
+                .bind(&s.model)
+                .bind(&s.system_prompt_hash)
+                .bind(&s.parent_session_id)
+                .bind(s.started_at)
+                .bind(s.updated_at);
+        }
+        query.execute(&mut *conn).await?;
+    }
+    Ok(sessions)
+}
+
 /// Inserts a session and its prompt inside the caller's transaction.
 pub(crate) async fn insert_session(
     conn: &mut SqliteConnection,
@@ -301,10 +389,13 @@ pub(crate) async fn insert_session(
     .bind(now)
     .execute(&mut *conn)
     .await?;
+    // Numbers go up from the largest in use; one freed by a delete may be given again, which
+    // no append can mistake for the old session (see `appends::counter_statements`).
     let session = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "INSERT INTO sessions (id, source, session_key, chat_id, thread_id, user_id, chat_type,
+        "INSERT INTO sessions (no, id, source, session_key, chat_id, thread_id, user_id, chat_type,
                                model, system_prompt_hash, parent_session_id, started_at, updated_at)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+         VALUES ((SELECT coalesce(max(no), 0) + 1 FROM sessions), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
+                 ?, ?)
          RETURNING {SESSION_COLUMNS}"
     )))
     .bind(uuid::Uuid::now_v7().to_string())

@@ -27,6 +27,7 @@ macro_rules! write_tx {
             let mut writer = store.inner.write_lock.lock().await;
             let writer = writer.as_mut().ok_or($crate::error::StoreError::Closed)?;
             let mut backoff = $crate::write::Backoff::start(store);
+            store.journals_in_memory(writer, false).await?;
             let _held = store.inner.process_lock.acquire(&backoff).await?;
             let result = loop {
                 let attempt: Result<_, $crate::error::StoreError> = async {
@@ -55,6 +56,32 @@ macro_rules! write_tx {
 pub(crate) use write_tx;
 
 impl Store {
+    /// Makes the writer keep the statement journals of its next transactions in memory, or
+    /// write them to a temporary file past 64 KiB as SQLite does by default.
+    ///
+    /// A statement inside a transaction journals the pages it changes, so that it can be undone
+    /// alone; each multi-row statement of a group commit journals about a megabyte. Written to
+    /// a file, that was a file created, written and deleted in every batch, which holds the lock
+    /// every other writer waits for: in memory, a storm ran 9% faster. Group commits are bounded
+    /// by the writes queued, so their journals are too; any other write (a prune, deleting a long
+    /// session) may change the whole file, and journals to disk. The setting changes only when
+    /// the kind of write does, outside a transaction, and costs one statement then.
+    pub(crate) async fn journals_in_memory(
+        &self,
+        writer: &mut SqliteConnection,
+        in_memory: bool,
+    ) -> Result<(), StoreError> {
+        let current = &self.inner.journals_in_memory;
+        if current.load(Ordering::Relaxed) == in_memory {
+            return Ok(());
+        }
+        let store =
+            if in_memory { "PRAGMA temp_store = MEMORY" } else { "PRAGMA temp_store = DEFAULT" };
+        sqlx::query(store).execute(&mut *writer).await?;
+        current.store(in_memory, Ordering::Relaxed);
+        Ok(())
+    }
+
     /// Makes sure the writer connection can begin the next write, after a write that failed
     /// or left it in a transaction.
     ///
@@ -74,6 +101,7 @@ impl Store {
             Ok(fresh) => {
                 warn!("the writer connection was left unusable; replaced it with a new one");
                 *writer = fresh;
+                self.inner.journals_in_memory.store(false, Ordering::Relaxed);
             }
             Err(e) => {
                 warn!(error = %e, "the writer connection is unusable and a new one could not be opened")

@@ -1,5 +1,5 @@
-//! One batch of the group commit and its transaction: the deliveries, the jobs, then the
-//! appends, applied trusting or with care (see [`Attempt`]).
+//! One batch of the group commit and its transaction: the deliveries, the jobs, the new
+//! sessions, then the appends, applied trusting or with care (see [`Attempt`]).
 
 use sqlx::SqliteConnection;
 use tokio::sync::oneshot;
@@ -9,12 +9,18 @@ use super::{Job, Pending};
 use crate::appends::{self, Prepared};
 use crate::error::StoreError;
 use crate::messages::{Append, Appended};
+use crate::numbers::SessionNumbers;
+use crate::sessions::{self, NewSession, Session};
+
+/// Where a caller waits for the outcome of its write.
+type Reply<T> = oneshot::Sender<Result<T, StoreError>>;
 
 /// The writes of one batch by kind, each with the caller waiting for it.
 pub(super) struct Batch {
-    appends: Vec<(Append, oneshot::Sender<Result<Appended, StoreError>>)>,
+    appends: Vec<(Append, Reply<Appended>)>,
     jobs: Vec<Box<dyn Job>>,
-    delivered: Vec<(i64, oneshot::Sender<Result<(), StoreError>>)>,
+    created: Vec<(Box<NewSession>, Reply<Session>)>,
+    delivered: Vec<(i64, Reply<()>)>,
     /// The trusting attempt's statements for the appends, in order: a part for those taken
     /// before the write lock, and one for those that came while the flusher waited for it.
     /// Appends they do not cover (their statements could not be built) make the batch go
@@ -22,19 +28,36 @@ pub(super) struct Batch {
     prepared: Vec<Prepared>,
 }
 
+/// What a committed batch did: each new session and each append, in the order they came.
+pub(super) struct Outcome {
+    created: Vec<Result<Session, StoreError>>,
+    appends: Vec<Result<Appended, StoreError>>,
+}
+
+impl Outcome {
+    /// How many messages it stored (what the search index has to catch up with).
+    pub(super) fn stored_messages(&self) -> u64 {
+        let count = |r: &Result<Appended, StoreError>| match r {
+            Ok(Appended::Stored(ids)) => ids.len() as u64,
+            _ => 0,
+        };
+        self.appends.iter().map(count).sum()
+    }
+}
+
 /// How an attempt applies the batch's jobs and appends.
 #[derive(Debug, Clone, Copy)]
 pub(super) enum Attempt {
-    /// The first attempt at every batch: jobs and appends at once, in no savepoint, the
-    /// appends by the statements built before the lock (see [`Prepared`]), which assume their
-    /// sessions exist and their inbound ids are new. That saves two statements of every job
-    /// and three of the appends, each a round trip to the connection's thread (60 to 250 us
-    /// under a storm): a batch of a hundred new sessions took 30 to 55 ms with a savepoint
-    /// around each. A job that fails, or appends that break an assumption, roll the whole
+    /// The first attempt at every batch: everything at once, in no savepoint; new sessions
+    /// with three statements for all of them; the appends by the statements built before the
+    /// lock (see [`Prepared`]), which assume their sessions exist and their inbound ids are new.
+    /// Every statement is a round trip to the connection's thread (60 to 250 us under a storm):
+    /// a batch of 128 new sessions took 30 to 55 ms with a savepoint around each, and 11 ms as
+    /// 128 jobs without. A job that fails, or writes that break an assumption, roll the whole
     /// transaction back, and the batch is tried again with care.
     Trusting,
-    /// Jobs and appends each in a savepoint, sessions looked up, so that one write at fault
-    /// fails alone.
+    /// Jobs, new sessions and appends each in a savepoint, sessions looked up, so that one
+    /// write at fault fails alone.
     Careful,
 }
 
@@ -47,6 +70,7 @@ impl Batch {
         let mut batch = Batch {
             appends: Vec::new(),
             jobs: Vec::new(),
+            created: Vec::new(),
             delivered: Vec::new(),
             prepared: Vec::new(),
         };
@@ -61,6 +85,7 @@ impl Batch {
             match write {
                 Pending::Append { append, reply } => batch.appends.push((append, reply)),
                 Pending::Job(job) => batch.jobs.push(job),
+                Pending::Create { new, reply } => batch.created.push((new, reply)),
                 Pending::Delivered { message_id, reply } => {
                     batch.delivered.push((message_id, reply))
                 }
@@ -68,21 +93,26 @@ impl Batch {
         }
     }
 
-    /// Adds the writes that came while the flusher waited for the write lock, and prepares
-    /// their appends.
+    /// Adds the writes that came while the flusher waited for the write lock; they are
+    /// prepared next.
     pub(super) fn absorb(&mut self, later: Vec<Pending>) {
         self.add(later);
-        self.prepare();
+    }
+
+    /// The sessions of the appends not yet prepared.
+    pub(super) fn unprepared_sessions(&self) -> Vec<&str> {
+        let done = self.prepared_appends();
+        self.appends[done..].iter().map(|(a, _)| a.session_id.as_str()).collect()
     }
 
     /// Builds the trusting attempt's statements for the appends not yet prepared.
-    pub(super) fn prepare(&mut self) {
+    pub(super) fn prepare(&mut self, numbers: &SessionNumbers) {
         let done = self.prepared_appends();
         if done == self.appends.len() {
             return;
         }
         let appends: Vec<&Append> = self.appends[done..].iter().map(|(a, _)| a).collect();
-        match Prepared::build(&appends) {
+        match Prepared::build(&appends, numbers) {
             Ok(part) => self.prepared.push(part),
             Err(e) => debug!(error = %e, "could not build a batch's statements; it goes with care"),
         }
@@ -103,7 +133,7 @@ impl Batch {
         &mut self,
         writer: &mut SqliteConnection,
         attempt: Attempt,
-    ) -> Result<Option<Vec<Result<Appended, StoreError>>>, StoreError> {
+    ) -> Result<Option<Outcome>, StoreError> {
         let mut tx = sqlx::Connection::begin_with(writer, "BEGIN IMMEDIATE").await?;
         for chunk in self.delivered.chunks(DELIVERED_PER_DELETE) {
             let marks = vec!["?"; chunk.len()].join(", ");
@@ -134,8 +164,22 @@ impl Batch {
             }
             sqlx::query("RELEASE job").execute(&mut *tx).await?;
         }
+        let news: Vec<&NewSession> = self.created.iter().map(|(new, _)| &**new).collect();
+        let created = match attempt {
+            _ if news.is_empty() => Vec::new(),
+            Attempt::Careful => create_with_care(&mut tx, &news).await?,
+            Attempt::Trusting => match sessions::insert_sessions(&mut tx, &news).await {
+                Ok(created) => created.into_iter().map(Ok).collect(),
+                Err(e) if e.is_retryable() => return Err(e),
+                Err(e) => {
+                    debug!(error = %e, sessions = news.len(), "new sessions refused; trying the batch again with care");
+                    tx.rollback().await?;
+                    return Ok(None);
+                }
+            },
+        };
         let batch: Vec<&Append> = self.appends.iter().map(|(a, _)| a).collect();
-        let results = match attempt {
+        let appends = match attempt {
             _ if batch.is_empty() => Vec::new(),
             Attempt::Careful => apply_with_care(&mut tx, &batch).await?,
             Attempt::Trusting => {
@@ -163,12 +207,15 @@ impl Batch {
             }
         };
         tx.commit().await?;
-        Ok(Some(results))
+        Ok(Some(Outcome { created, appends }))
     }
 
     /// Hands each caller the outcome of its write once the batch committed.
-    pub(super) fn succeed(self, results: Vec<Result<Appended, StoreError>>) {
-        for ((_, reply), result) in self.appends.into_iter().zip(results) {
+    pub(super) fn succeed(self, outcome: Outcome) {
+        for ((_, reply), result) in self.created.into_iter().zip(outcome.created) {
+            let _ = reply.send(result);
+        }
+        for ((_, reply), result) in self.appends.into_iter().zip(outcome.appends) {
             let _ = reply.send(result);
         }
         for job in self.jobs {
@@ -181,6 +228,9 @@ impl Batch {
 
     /// Hands every caller a copy of the error that failed the batch.
     pub(super) fn fail(self, e: &StoreError) {
+        for (_, reply) in self.created {
+            let _ = reply.send(Err(e.duplicate()));
+        }
         for (_, reply) in self.delivered {
             let _ = reply.send(Err(e.duplicate()));
         }
@@ -191,6 +241,27 @@ impl Batch {
             job.finish(Err(e.duplicate()));
         }
     }
+}
+
+/// The batch's new sessions with care: each in a savepoint, so the one at fault fails alone.
+async fn create_with_care(
+    conn: &mut SqliteConnection,
+    news: &[&NewSession],
+) -> Result<Vec<Result<Session, StoreError>>, StoreError> {
+    let mut created = Vec::with_capacity(news.len());
+    for new in news {
+        sqlx::query("SAVEPOINT create_session").execute(&mut *conn).await?;
+        let outcome = sessions::insert_session(conn, new).await;
+        if let Err(e) = &outcome {
+            if e.is_retryable() {
+                return Err(e.duplicate());
+            }
+            sqlx::query("ROLLBACK TO create_session").execute(&mut *conn).await?;
+        }
+        sqlx::query("RELEASE create_session").execute(&mut *conn).await?;
+        created.push(outcome);
+    }
+    Ok(created)
 }
 
 /// The batch's appends with care: all at once, with their sessions looked up (so that appends

@@ -6,12 +6,13 @@
 //! once its own write is durable. The flusher is a task of its own, so a caller that gives up
 //! waiting cannot abort the batch of others.
 //!
-//! Two kinds of writes share a batch: appends of messages, applied together with a handful of
-//! multi-row statements, and [`Job`]s, any other write of the gateway's hot path (routing a
-//! new chat, queueing a message for a busy session, a platform cursor). A batch is first tried
-//! trusting, everything at once; if a job fails or an append is refused, it is tried again with
-//! each write in a savepoint of its own, so that the one at fault undoes only itself. Writes that depend on one another never
-//! meet in a batch: a caller learns the result of one only after it committed.
+//! Appends of messages and new sessions are applied together, each kind with a few multi-row
+//! statements whatever their number; deliveries (outbox rows to drop) with one; [`Job`]s are any
+//! other write of the gateway's hot path (routing a new chat, queueing a message for a busy
+//! session, a platform cursor). A batch is first tried trusting, everything at once; if a job
+//! fails or an append or a new session is refused, it is tried again with each write in a
+//! savepoint of its own, so that the one at fault undoes only itself. Writes that depend on one
+//! another never meet in a batch: a caller learns the result of one only after it committed.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -19,10 +20,12 @@ use std::sync::Mutex;
 
 use sqlx::SqliteConnection;
 use tokio::sync::oneshot;
+use tracing::debug;
 
 use crate::error::StoreError;
 use crate::messages::{Append, Appended};
 use crate::open::Store;
+use crate::sessions::{NewSession, Session};
 use crate::write::Backoff;
 
 mod commit;
@@ -44,6 +47,11 @@ enum Pending {
         reply: oneshot::Sender<Result<Appended, StoreError>>,
     },
     Job(Box<dyn Job>),
+    /// A new session: those of a batch are inserted with a few statements for all of them.
+    Create {
+        new: Box<NewSession>,
+        reply: oneshot::Sender<Result<Session, StoreError>>,
+    },
     /// A reply the platform took: its outbox row goes, with the others of the batch in one
     /// statement (one for every message the gateway answers).
     Delivered {
@@ -57,6 +65,7 @@ impl std::fmt::Debug for Pending {
         match self {
             Pending::Append { append, .. } => f.debug_tuple("Append").field(append).finish(),
             Pending::Job(_) => f.write_str("Job"),
+            Pending::Create { .. } => f.write_str("Create"),
             Pending::Delivered { message_id, .. } => {
                 f.debug_tuple("Delivered").field(message_id).finish()
             }
@@ -139,6 +148,13 @@ impl Store {
         done.await.map_err(|_| StoreError::WriterGone)?
     }
 
+    /// Creates a session in the next group commit and waits until it is committed.
+    pub(crate) async fn create(&self, new: NewSession) -> Result<Session, StoreError> {
+        let (reply, done) = oneshot::channel();
+        self.enqueue(Pending::Create { new: Box::new(new), reply });
+        done.await.map_err(|_| StoreError::WriterGone)?
+    }
+
     /// Takes a reply out of the outbox in the next group commit.
     pub(crate) async fn delivered_grouped(&self, message_id: i64) -> Result<(), StoreError> {
         let (reply, done) = oneshot::channel();
@@ -184,7 +200,10 @@ impl Store {
         // queues while this process waits for the lock still rides along in this batch,
         // prepared once the lock is held, instead of waiting a whole round for the next one.
         let mut batch = Batch::sort(std::mem::take(&mut *queue()));
-        batch.prepare();
+        self.prepare(&mut batch).await;
+        if let Err(e) = self.journals_in_memory(writer, true).await {
+            debug!(error = %e, "could not keep the batch's journals in memory; they go to disk");
+        }
         let held = self.inner.process_lock.acquire(&backoff).await;
         let later = std::mem::take(&mut *queue());
         let held = match held {
@@ -198,11 +217,14 @@ impl Store {
                 return requeued;
             }
         };
-        batch.absorb(later);
+        if !later.is_empty() {
+            batch.absorb(later);
+            self.prepare(&mut batch).await;
+        }
         let mut attempt = if batch.prepared() { Attempt::Trusting } else { Attempt::Careful };
         let outcome = loop {
             match batch.commit(writer, attempt).await {
-                Ok(Some(results)) => break Ok(results),
+                Ok(Some(outcome)) => break Ok(outcome),
                 Ok(None) => attempt = Attempt::Careful,
                 Err(e) if e.is_retryable() => {
                     if let Err(gave_up) = backoff.wait().await {
@@ -215,21 +237,26 @@ impl Store {
         drop(held);
         self.heal_writer(writer, outcome.is_err()).await;
         match outcome {
-            Ok(results) => {
-                let stored = results
-                    .iter()
-                    .map(|r| match r {
-                        Ok(Appended::Stored(ids)) => ids.len() as u64,
-                        _ => 0,
-                    })
-                    .sum();
+            Ok(outcome) => {
                 self.committed();
-                self.schedule_indexing(stored);
-                batch.succeed(results);
+                self.schedule_indexing(outcome.stored_messages());
+                batch.succeed(outcome);
             }
             Err(e) => batch.fail(&e),
         }
         false
+    }
+}
+
+impl Store {
+    /// Builds the trusting attempt's statements for the batch's appends not yet built, after
+    /// looking up the numbers of sessions this process has not seen (a session that is gone
+    /// leaves them unbuilt, and the batch goes with care).
+    async fn prepare(&self, batch: &mut Batch) {
+        if let Err(e) = self.learn_numbers(&batch.unprepared_sessions()).await {
+            debug!(error = %e, "could not look up session numbers; the batch goes with care");
+        }
+        batch.prepare(&self.inner.numbers);
     }
 }
 
@@ -365,6 +392,94 @@ mod tests {
         assert_eq!(texts, ["fine"]);
         let stored = store.session(&session.id).await.unwrap().unwrap();
         assert_eq!(stored.message_count, 1);
+    }
+
+    /// Creates sessions for `users` (a `None` parent, or one that does not exist) in one batch;
+    /// returns what each creation gave.
+    async fn create_in_one_batch(
+        store: &Store,
+        users: &[(&str, Option<&str>)],
+    ) -> Vec<Result<crate::Session, StoreError>> {
+        let lock = store.inner.write_lock.lock().await;
+        let created: Vec<_> = users
+            .iter()
+            .map(|(user, parent)| {
+                let store = store.clone();
+                let new = crate::NewSession {
+                    user_id: Some(user.to_string()),
+                    parent_session_id: parent.map(str::to_owned),
+                    ..crate::NewSession::new(Platform::Telegram, "prompt")
+                };
+                tokio::spawn(async move { store.create_session(&new).await })
+            })
+            .collect();
+        while store.inner.writes.pending.lock().unwrap().len() < users.len() {
+            tokio::task::yield_now().await;
+        }
+        drop(lock);
+        let mut outcomes = Vec::new();
+        for created in created {
+            outcomes.push(created.await.unwrap());
+        }
+        outcomes
+    }
+
+    #[tokio::test]
+    async fn sessions_created_in_one_batch_are_numbered_apart_and_a_bad_one_fails_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(StoreOptions::new(dir.path().join("state.db"))).await.unwrap();
+        let names: Vec<String> = (0..60).map(|i| format!("user-{i}")).collect();
+        let users: Vec<(&str, Option<&str>)> = names.iter().map(|n| (n.as_str(), None)).collect();
+        // All at once, then again with one whose parent does not exist among them.
+        let mut sessions: Vec<crate::Session> = create_in_one_batch(&store, &users[..30])
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        let mut second = users[30..].to_vec();
+        second.insert(10, ("orphan", Some("no-such-session")));
+        let mut outcomes = create_in_one_batch(&store, &second).await;
+        assert!(outcomes.remove(10).is_err());
+        sessions.extend(outcomes.into_iter().map(Result::unwrap));
+
+        for (i, session) in sessions.iter().enumerate() {
+            let message = crate::NewMessage::user(format!("message {i}"));
+            store.append_messages(&session.id, vec![message]).await.unwrap();
+        }
+        for (i, session) in sessions.iter().enumerate() {
+            // What the batch handed out is the row it stored, but for the append since.
+            let stored = store.session(&session.id).await.unwrap().unwrap();
+            let expected = crate::Session {
+                message_count: 1,
+                updated_at: stored.updated_at,
+                ..session.clone()
+            };
+            assert_eq!(stored, expected, "{i}");
+            let history = store.history(&session.id).await.unwrap();
+            let texts: Vec<&str> = history.iter().map(|m| m.content.as_str()).collect();
+            assert_eq!(texts, [format!("message {i}")]);
+        }
+        assert_eq!(store.stats().await.unwrap().sessions, 60);
+    }
+
+    #[tokio::test]
+    async fn group_commits_journal_in_memory_and_other_writes_on_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(StoreOptions::new(dir.path().join("state.db"))).await.unwrap();
+        let temp_store = || async {
+            let mut writer = store.inner.write_lock.lock().await;
+            let writer = writer.as_mut().unwrap();
+            let mode: i64 =
+                sqlx::query_scalar("PRAGMA temp_store").fetch_one(writer).await.unwrap();
+            mode
+        };
+        let session =
+            store.create_session(&crate::NewSession::new(Platform::Cli, "p")).await.unwrap();
+        assert_eq!(temp_store().await, 2, "a group commit journals in memory");
+        store.rename_session(&session.id, "renamed").await.unwrap();
+        assert_eq!(temp_store().await, 0, "any other write journals as SQLite does");
+        store.append_messages(&session.id, vec![crate::NewMessage::user("hi")]).await.unwrap();
+        assert_eq!(temp_store().await, 2);
     }
 
     #[tokio::test]

@@ -117,13 +117,13 @@ fn hex(text: &str) -> String {
 /// Literal substring search, newest first, for words the trigram index cannot find (shorter
 /// than three characters). `{condition}` is built from `instr` tests bound from ?9 on.
 const LITERAL_SEARCH: &str = "
-    SELECT m.id AS message_id, m.session_id, s.source, s.title, m.role, m.created_at,
+    SELECT m.id AS message_id, s.id AS session_id, s.source, s.title, m.role, m.created_at,
            m.content AS snippet, 0.0 AS rank
     FROM messages m
-    JOIN sessions s ON s.id = m.session_id
+    JOIN sessions s ON s.no = m.session_no
     WHERE m.cjk AND ({condition})
       AND (?2 IS NULL OR s.source = ?2) AND (?3 IS NULL OR m.role = ?3)
-      AND (?4 IS NULL OR s.user_id = ?4) AND (?5 IS NULL OR m.session_id = ?5)
+      AND (?4 IS NULL OR s.user_id = ?4) AND (?5 IS NULL OR s.id = ?5)
       -- ?1, ?7 and ?8 belong to the index search; named here so both take the same binds
       AND ?1 IS NOT NULL AND ?7 IS NOT NULL AND ?8 IS NOT NULL
     ORDER BY m.id DESC LIMIT ?6";
@@ -231,9 +231,9 @@ impl Store {
         }
         let ids: Vec<i64> = ranked.iter().map(|r| r.0).collect();
         let found = sqlx::query_as::<_, SearchHit>(
-            "SELECT m.id AS message_id, m.session_id, s.source, s.title, m.role, m.created_at,
+            "SELECT m.id AS message_id, s.id AS session_id, s.source, s.title, m.role, m.created_at,
                     m.content AS snippet, 0.0 AS rank
-             FROM messages m CROSS JOIN sessions s ON s.id = m.session_id
+             FROM messages m CROSS JOIN sessions s ON s.no = m.session_no
              WHERE m.id IN (SELECT value FROM json_each(?1))",
         )
         .bind(serde_json::to_string(&ids)?)
@@ -257,10 +257,10 @@ impl Store {
             "SELECT id, rank FROM (
                  SELECT messages_cjk.rowid AS id, bm25(messages_cjk) AS rank FROM messages_cjk
                  JOIN messages m ON m.id = messages_cjk.rowid
-                 JOIN sessions s ON s.id = m.session_id
+                 JOIN sessions s ON s.no = m.session_no
                  WHERE messages_cjk MATCH ?1
                    AND (?2 IS NULL OR s.source = ?2) AND (?3 IS NULL OR m.role = ?3)
-                   AND (?4 IS NULL OR s.user_id = ?4) AND (?5 IS NULL OR m.session_id = ?5)
+                   AND (?4 IS NULL OR s.user_id = ?4) AND (?5 IS NULL OR s.id = ?5)
                  ORDER BY messages_cjk.rowid DESC LIMIT ?6)
              ORDER BY rank, id DESC LIMIT ?7",
         )
@@ -293,11 +293,11 @@ impl Store {
             return Ok(Vec::new());
         };
         let found = sqlx::query_as::<_, SearchHit>(
-            "SELECT m.id AS message_id, m.session_id, s.source, s.title, m.role, m.created_at,
+            "SELECT m.id AS message_id, s.id AS session_id, s.source, s.title, m.role, m.created_at,
                     snippet(messages_cjk, -1, ?2, ?3, '…', 16) AS snippet, 0.0 AS rank
              FROM messages_cjk
              CROSS JOIN messages m ON m.id = messages_cjk.rowid
-             CROSS JOIN sessions s ON s.id = m.session_id
+             CROSS JOIN sessions s ON s.no = m.session_no
              WHERE messages_cjk MATCH ?1 AND messages_cjk.rowid BETWEEN ?4 AND ?5
                AND +messages_cjk.rowid IN (SELECT value FROM json_each(?6))
              LIMIT ?7",

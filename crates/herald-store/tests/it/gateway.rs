@@ -20,7 +20,7 @@ async fn queue(store: &Store, session: &Session, id: &str, text: &str) -> Option
     let chat = ChatRef::direct(Platform::Telegram, "42");
     let user = UserRef { id: "42".into(), name: None };
     let key = session.session_key.as_deref().unwrap_or("telegram:dm:42");
-    store.queue_inbound(key, &session.id, id, &chat, &user, text).await.unwrap()
+    store.queue_inbound(key, id, &chat, &user, text).await.unwrap()
 }
 
 /// What a search for `text` finds, as message texts.
@@ -76,7 +76,7 @@ async fn queued_messages_keep_arrival_order_and_who_wrote_them_across_restarts()
     let mut expected = Vec::new();
     for (session, id, chat, user, text) in arrivals {
         let key = session.session_key.clone().unwrap();
-        let seq = store.queue_inbound(&key, &session.id, id, chat, user, text).await.unwrap();
+        let seq = store.queue_inbound(&key, id, chat, user, text).await.unwrap();
         let seq = seq.unwrap_or_else(|| panic!("message {id} was new"));
         expected.push(QueuedInbound {
             seq,
@@ -115,7 +115,7 @@ async fn a_redelivered_message_is_queued_once() {
     // the same id on another platform is another message
     let discord = ChatRef::direct(Platform::Discord, "42");
     let user = UserRef { id: "42".into(), name: None };
-    let other = store.queue_inbound("discord:dm:42", &s.id, "1", &discord, &user, "hello");
+    let other = store.queue_inbound("discord:dm:42", "1", &discord, &user, "hello");
     assert!(other.await.unwrap().is_some());
 
     let queued = store.queued_inbound().await.unwrap();

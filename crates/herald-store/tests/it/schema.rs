@@ -18,18 +18,6 @@ async fn migrations_apply_to_an_empty_file() {
 }
 
 #[tokio::test]
-async fn sqlite_keeps_statement_journals_in_memory() {
-    // Set by .cargo/config.toml: without it every group commit writes a temporary file.
-    let mut conn = SqliteConnection::connect("sqlite::memory:").await.unwrap();
-    let used: bool =
-        sqlx::query_scalar("SELECT sqlite_compileoption_used('STMTJRNL_SPILL=8388608')")
-            .fetch_one(&mut conn)
-            .await
-            .unwrap();
-    assert!(used, "SQLite was built without LIBSQLITE3_FLAGS from .cargo/config.toml");
-}
-
-#[tokio::test]
 async fn a_missing_directory_is_created() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("a/b/state.db");
