@@ -21,6 +21,14 @@ ALTER TABLE sessions ADD COLUMN no INTEGER;
 UPDATE sessions SET no = rowid;
 CREATE UNIQUE INDEX sessions_by_no ON sessions (no);
 
+-- A session inserted without one (by a herald from before this migration, still running when a
+-- newer one upgraded the file) is numbered at once, so its messages can be stored once the old
+-- process is replaced.
+CREATE TRIGGER sessions_numbered AFTER INSERT ON sessions WHEN new.no IS NULL BEGIN
+    UPDATE sessions SET no = (SELECT coalesce(max(no), 0) + 1 FROM sessions)
+    WHERE rowid = new.rowid;
+END;
+
 -- Set aside what names the old messages table: the search view, the session triggers that read
 -- it, and the outbox (a child of messages, which would lose its rows when messages is dropped).
 DROP TRIGGER sessions_fts_delete;

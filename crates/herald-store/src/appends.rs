@@ -26,6 +26,12 @@ use crate::time::now_ms;
 /// Most message rows per INSERT: 10 parameters each stays under SQLite's 32766.
 pub(crate) const ROWS_PER_INSERT: usize = 3000;
 
+/// How old a batch's statements may be when they run: their rows are stamped with the time
+/// they were built, and a batch that waited longer for the lock is built again. (Stamping
+/// rows in SQL when they are written instead turns off SQLite's fast path for VALUES lists of
+/// bound values, and cost a storm 7% of its turns.)
+const STALE: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// A statement and its arguments, built apart from the connection it runs on.
 #[derive(Debug)]
 pub(crate) struct Statement {
@@ -63,6 +69,8 @@ impl Statement {
 pub(crate) struct Prepared {
     /// How many appends they cover.
     appends: usize,
+    /// When it was built: the time its rows are stamped with.
+    built: std::time::Instant,
     now: i64,
     inbound: Vec<Statement>,
     counters: Vec<Statement>,
@@ -86,6 +94,7 @@ impl Prepared {
         let inbound: Vec<_> = appends.iter().filter_map(|a| inbound_key(a)).collect();
         Ok(Prepared {
             appends: appends.len(),
+            built: std::time::Instant::now(),
             now,
             inbound: inbound_statements(&inbound, now, false)?,
             counters: counter_statements(appends, &known, now)?,
@@ -96,6 +105,12 @@ impl Prepared {
     /// How many appends the statements cover.
     pub(crate) fn len(&self) -> usize {
         self.appends
+    }
+
+    /// Whether its rows would be stamped more than [`STALE`] before they are written (the
+    /// flusher waited long for the lock, or retried): it is then built again.
+    pub(crate) fn stale(&self) -> bool {
+        self.built.elapsed() > STALE
     }
 
     /// Applies `appends` (those it was built for) and returns each one's new ids, or `None`
@@ -266,13 +281,14 @@ fn message_statements(
     numbers: &HashMap<&str, i64>,
     now: i64,
 ) -> Result<Vec<Statement>, StoreError> {
-    let mut rows: Vec<(i64, &NewMessage)> = Vec::new();
+    let mut messages: Vec<(i64, &NewMessage)> = Vec::new();
     for append in appends {
         let id = append.session_id.as_str();
         let no = *numbers.get(id).ok_or_else(|| StoreError::SessionNotFound(id.to_owned()))?;
-        rows.extend(append.messages.iter().map(|m| (no, m)));
+        messages.extend(append.messages.iter().map(|m| (no, m)));
     }
-    rows.chunks(ROWS_PER_INSERT)
+    messages
+        .chunks(ROWS_PER_INSERT)
         .map(|chunk| {
             let sql = format!(
                 "INSERT INTO messages (session_no, role, content, tool_calls, tool_call_id,

@@ -237,12 +237,17 @@ pub(crate) async fn applied_version(conn: &mut SqliteConnection) -> Result<i64, 
 }
 
 /// Refuses a newer database, then applies what is pending. Several processes may open a
-/// new file at once and SQLite migrations take no lock, so a failed run is checked again:
-/// if another process finished the job meanwhile, that is success.
+/// file at once, and sqlx takes no lock around its migrations, so a run that fails while
+/// another process is migrating (its lock held, or what it applied already there) looks at
+/// the file again and goes on from there.
 async fn migrate(conn: &mut SqliteConnection, path: &Path) -> Result<(), StoreError> {
     let known = Store::known_schema_version();
     let fail = |reason: String| StoreError::Open { path: path.to_owned(), reason };
-    let mut attempt = 0;
+    // Another process migrating the same file holds its lock for as long as a migration takes
+    // (rebuilding the messages of a large store takes minutes); waiting for it is bounded only
+    // so that a process that hung with the lock held is not waited for forever.
+    let deadline = std::time::Instant::now() + MIGRATION_PATIENCE;
+    let mut announced = false;
     loop {
         let found = applied_version(conn).await.map_err(|e| fail(e.to_string()))?;
         if found > known {
@@ -252,8 +257,9 @@ async fn migrate(conn: &mut SqliteConnection, path: &Path) -> Result<(), StoreEr
             return Ok(());
         }
         let upgrading = found > 0;
-        if upgrading && attempt == 0 {
+        if upgrading && !announced {
             info!(path = %path.display(), from = found, to = known, "upgrading the store's schema");
+            announced = true;
         }
         let started = std::time::Instant::now();
         let error = match MIGRATOR.run(&mut *conn).await {
@@ -266,23 +272,27 @@ async fn migrate(conn: &mut SqliteConnection, path: &Path) -> Result<(), StoreEr
             }
             Err(e) => e,
         };
-        // Another process may have migrated the file meanwhile (its migration then fails here on
-        // what already exists), or still be migrating it (the lock). Anything else is an error
-        // of this migration, and trying it again would only fail again, slowly.
-        let done = applied_version(conn).await.is_ok_and(|found| found >= known);
-        let locked = matches!(&error, sqlx::migrate::MigrateError::Execute(e) if is_lock_error(e))
-            || matches!(&error, sqlx::migrate::MigrateError::ExecuteMigration(e, _) if is_lock_error(e));
-        if done {
-            continue;
-        }
-        if !locked || attempt >= 20 {
+        // sqlx reads which migrations were applied once, then applies each in a transaction of
+        // its own: another process may have applied some of them meanwhile (this run then fails
+        // on what they created), or still be applying one (the lock). Either way, look again.
+        // Any other error is one of the migration itself, and would only fail again, slowly.
+        let moved = applied_version(conn).await.is_ok_and(|now| now > found);
+        let locked = match &error {
+            sqlx::migrate::MigrateError::Execute(e)
+            | sqlx::migrate::MigrateError::ExecuteMigration(e, _) => is_lock_error(e),
+            _ => false,
+        };
+        let waiting = locked && std::time::Instant::now() < deadline;
+        if !(moved || waiting) {
             return Err(fail(format!("migration failed: {error}")));
         }
-        debug!(error = %error, attempt, "the file is being migrated by another process; waiting");
-        attempt += 1;
+        debug!(error = %error, "another process is migrating the file; looking again");
         tokio::time::sleep(Duration::from_millis(rand::random_range(20..120))).await;
     }
 }
+
+/// How long opening a store waits for another process that is migrating it.
+const MIGRATION_PATIENCE: Duration = Duration::from_secs(600);
 
 #[cfg(test)]
 mod tests {
@@ -332,6 +342,20 @@ mod tests {
         tx.commit().await.unwrap();
         sqlx::query("DELETE FROM messages WHERE id = 6").execute(&mut conn).await.unwrap();
         conn.close().await.unwrap();
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn stores_opened_at_once_on_a_new_file_all_open() {
+        for _ in 0..5 {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("state.db");
+            // Each open migrates on a connection of its own, as separate processes would.
+            let opening = (0..8).map(|_| Store::open(StoreOptions::new(path.clone())));
+            for opened in futures::future::join_all(opening).await {
+                let health = opened.unwrap().health().await.unwrap();
+                assert_eq!(health.schema_version, Store::known_schema_version());
+            }
+        }
     }
 
     #[tokio::test]
@@ -406,6 +430,14 @@ mod tests {
         assert_eq!(ids, [7], "a deleted message's id was given again");
         let b = store.session("0190-b").await.unwrap().unwrap();
         assert_eq!(b.message_count, 3);
+
+        // A session a herald from before the migration inserts, without a number, gets one.
+        sqlx::query("INSERT INTO sessions (id, source, started_at, updated_at) VALUES ('0190-c', 'cli', 3, 3)")
+            .execute(&store.inner.pool)
+            .await
+            .unwrap();
+        store.append_messages("0190-c", vec![NewMessage::user("late")]).await.unwrap();
+        assert_eq!(store.history("0190-c").await.unwrap()[0].content, "late");
 
         // Deleting a session takes its messages, and their search entries, with it.
         store.delete_session("0190-a").await.unwrap();

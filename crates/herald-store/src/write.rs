@@ -27,7 +27,10 @@ macro_rules! write_tx {
             let mut writer = store.inner.write_lock.lock().await;
             let writer = writer.as_mut().ok_or($crate::error::StoreError::Closed)?;
             let mut backoff = $crate::write::Backoff::start(store);
-            store.journals_in_memory(writer, false).await?;
+            if let Err(e) = store.journals_in_memory(writer, false).await {
+                // The write itself will show whether the writer still works (and heal it).
+                tracing::debug!(error = %e, "could not move the writer's journals to disk");
+            }
             let _held = store.inner.process_lock.acquire(&backoff).await?;
             let result = loop {
                 let attempt: Result<_, $crate::error::StoreError> = async {

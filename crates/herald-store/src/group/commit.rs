@@ -118,6 +118,15 @@ impl Batch {
         }
     }
 
+    /// Builds the statements again when they waited too long to run (see
+    /// [`Prepared::stale`]).
+    pub(super) fn refresh(&mut self, numbers: &SessionNumbers) {
+        if self.prepared.iter().any(Prepared::stale) {
+            self.prepared.clear();
+            self.prepare(numbers);
+        }
+    }
+
     fn prepared_appends(&self) -> usize {
         self.prepared.iter().map(Prepared::len).sum()
     }
@@ -251,13 +260,14 @@ async fn create_with_care(
     let mut created = Vec::with_capacity(news.len());
     for new in news {
         sqlx::query("SAVEPOINT create_session").execute(&mut *conn).await?;
-        let outcome = sessions::insert_session(conn, new).await;
-        if let Err(e) = &outcome {
-            if e.is_retryable() {
-                return Err(e.duplicate());
+        let outcome = match sessions::insert_session(conn, new).await {
+            Err(e) if e.is_retryable() => return Err(e),
+            Err(e) => {
+                sqlx::query("ROLLBACK TO create_session").execute(&mut *conn).await?;
+                Err(e)
             }
-            sqlx::query("ROLLBACK TO create_session").execute(&mut *conn).await?;
-        }
+            created => created,
+        };
         sqlx::query("RELEASE create_session").execute(&mut *conn).await?;
         created.push(outcome);
     }

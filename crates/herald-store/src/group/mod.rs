@@ -221,8 +221,12 @@ impl Store {
             batch.absorb(later);
             self.prepare(&mut batch).await;
         }
-        let mut attempt = if batch.prepared() { Attempt::Trusting } else { Attempt::Careful };
+        let mut attempt = Attempt::Trusting;
         let outcome = loop {
+            batch.refresh(&self.inner.numbers);
+            if !batch.prepared() {
+                attempt = Attempt::Careful;
+            }
             match batch.commit(writer, attempt).await {
                 Ok(Some(outcome)) => break Ok(outcome),
                 Ok(None) => attempt = Attempt::Careful,

@@ -230,3 +230,26 @@ async fn a_redelivery_that_queued_behind_the_lock_is_recognized() {
     assert_eq!(texts, ["first", "second"]);
     assert_eq!(store.session(&session.id).await.unwrap().unwrap().message_count, 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_that_waited_long_for_the_lock_is_stamped_when_it_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("state.db");
+    let store = Store::open(options(&path, 50, 10_000)).await.unwrap();
+    let session = store.create_session(&session_for(Platform::Cli, "me")).await.unwrap();
+    let other = std::fs::File::open(dir.path().join("state.db-lock")).unwrap();
+    other.lock().unwrap();
+    let write = tokio::spawn({
+        let (store, id) = (store.clone(), session.id.clone());
+        async move { store.append_messages(&id, turn(1)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let released = herald_store::now_ms();
+    other.unlock().unwrap();
+    write.await.unwrap().unwrap();
+    // Built while the lock was held, its statements were built again once they had waited.
+    let history = store.history(&session.id).await.unwrap();
+    assert!(history.iter().all(|m| m.created_at >= released), "{:?}", history[0].created_at);
+    let stored = store.session(&session.id).await.unwrap().unwrap();
+    assert!(stored.updated_at >= released);
+}
