@@ -146,7 +146,8 @@ pub(crate) async fn apply_batch(
     batch: &[&Append],
 ) -> Result<Vec<Result<Appended, StoreError>>, StoreError> {
     let now = now_ms();
-    let existing = existing_sessions(conn, batch).await?;
+    let ids: Vec<&str> = batch.iter().map(|a| a.session_id.as_str()).collect();
+    let existing = crate::numbers::read_numbers(conn, &ids).await?;
     let exists = |a: &Append| existing.contains_key(a.session_id.as_str());
     let known: HashMap<&str, i64> = existing.iter().map(|(id, no)| (id.as_str(), *no)).collect();
     let inbound: Vec<_> =
@@ -183,27 +184,6 @@ pub(crate) async fn apply_batch(
         .into_iter()
         .map(|r| r.unwrap_or_else(|| Ok(Appended::Stored(ids.next().unwrap_or_default()))))
         .collect())
-}
-
-/// The batch's sessions that exist, with their numbers.
-async fn existing_sessions(
-    conn: &mut SqliteConnection,
-    batch: &[&Append],
-) -> Result<HashMap<String, i64>, StoreError> {
-    let mut wanted: Vec<&str> = batch.iter().map(|a| a.session_id.as_str()).collect();
-    wanted.sort_unstable();
-    wanted.dedup();
-    let mut found = HashMap::new();
-    for chunk in wanted.chunks(ROWS_PER_INSERT) {
-        let sql =
-            format!("SELECT id, no FROM sessions WHERE id IN ({})", placeholders(chunk.len(), 1));
-        let mut query = sqlx::query_as::<_, (String, i64)>(sqlx::AssertSqlSafe(sql));
-        for id in chunk {
-            query = query.bind(*id);
-        }
-        found.extend(query.fetch_all(&mut *conn).await?);
-    }
-    Ok(found)
 }
 
 /// The inbound id an append records.

@@ -10,6 +10,8 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
+use sqlx::SqliteConnection;
+
 use crate::error::StoreError;
 use crate::open::Store;
 use crate::sessions::Session;
@@ -52,27 +54,43 @@ impl SessionNumbers {
     }
 }
 
+/// The numbers of those of `ids` that are sessions, read on `conn` (the writer's transaction
+/// when the answer must hold until it commits).
+pub(crate) async fn read_numbers(
+    conn: &mut SqliteConnection,
+    ids: &[&str],
+) -> Result<HashMap<String, i64>, StoreError> {
+    let mut wanted = ids.to_vec();
+    wanted.sort_unstable();
+    wanted.dedup();
+    let mut found = HashMap::new();
+    for chunk in wanted.chunks(crate::appends::ROWS_PER_INSERT) {
+        let sql = format!(
+            "SELECT id, no FROM sessions WHERE id IN ({})",
+            crate::appends::placeholders(chunk.len(), 1)
+        );
+        let mut query = sqlx::query_as::<_, (String, i64)>(sqlx::AssertSqlSafe(sql));
+        for id in chunk {
+            query = query.bind(*id);
+        }
+        found.extend(query.fetch_all(&mut *conn).await?);
+    }
+    Ok(found)
+}
+
 impl Store {
     /// Looks up the numbers of those of `ids` this process does not know yet; sessions that do
     /// not exist stay unknown.
     pub(crate) async fn learn_numbers(&self, ids: &[&str]) -> Result<(), StoreError> {
         let numbers = &self.inner.numbers;
-        let mut missing: Vec<&str> =
+        let missing: Vec<&str> =
             ids.iter().copied().filter(|id| numbers.get(id).is_none()).collect();
-        missing.sort_unstable();
-        missing.dedup();
-        for chunk in missing.chunks(crate::appends::ROWS_PER_INSERT) {
-            let sql = format!(
-                "SELECT id, no FROM sessions WHERE id IN ({})",
-                crate::appends::placeholders(chunk.len(), 1)
-            );
-            let mut query = sqlx::query_as::<_, (String, i64)>(sqlx::AssertSqlSafe(sql));
-            for id in chunk {
-                query = query.bind(*id);
-            }
-            for (id, no) in query.fetch_all(&self.inner.pool).await? {
-                numbers.note_id(&id, no);
-            }
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.inner.pool.acquire().await?;
+        for (id, no) in read_numbers(&mut conn, &missing).await? {
+            numbers.note_id(&id, no);
         }
         Ok(())
     }
