@@ -69,8 +69,9 @@ impl Statement {
 pub(crate) struct Prepared {
     /// How many appends they cover.
     appends: usize,
-    /// When it was built: the time its rows are stamped with.
+    /// When it was built (see [`Prepared::stale`]).
     built: std::time::Instant,
+    /// The time its rows are stamped with, in Unix milliseconds.
     now: i64,
     inbound: Vec<Statement>,
     counters: Vec<Statement>,

@@ -78,25 +78,19 @@ impl Batch {
         batch
     }
 
-    /// Adds `writes` to the batch; their appends are prepared with [`Batch::prepare`].
-    fn add(&mut self, writes: Vec<Pending>) {
-        let batch = self;
+    /// Adds `writes` (those that came while the flusher waited for the lock) to the batch;
+    /// their appends are prepared with [`Batch::prepare`].
+    pub(super) fn add(&mut self, writes: Vec<Pending>) {
         for write in writes {
             match write {
-                Pending::Append { append, reply } => batch.appends.push((append, reply)),
-                Pending::Job(job) => batch.jobs.push(job),
-                Pending::Create { new, reply } => batch.created.push((new, reply)),
+                Pending::Append { append, reply } => self.appends.push((append, reply)),
+                Pending::Job(job) => self.jobs.push(job),
+                Pending::Create { new, reply } => self.created.push((new, reply)),
                 Pending::Delivered { message_id, reply } => {
-                    batch.delivered.push((message_id, reply))
+                    self.delivered.push((message_id, reply))
                 }
             }
         }
-    }
-
-    /// Adds the writes that came while the flusher waited for the write lock; they are
-    /// prepared next.
-    pub(super) fn absorb(&mut self, later: Vec<Pending>) {
-        self.add(later);
     }
 
     /// The sessions of the appends not yet prepared.

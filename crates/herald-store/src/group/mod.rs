@@ -186,6 +186,16 @@ impl Store {
         while self.flush_batch(writer).await {}
     }
 
+    /// Builds the trusting attempt's statements for the batch's appends not yet built, after
+    /// looking up the numbers of sessions this process has not seen (a session that is gone
+    /// leaves them unbuilt, and the batch goes with care).
+    async fn prepare(&self, batch: &mut Batch) {
+        if let Err(e) = self.learn_numbers(&batch.unprepared_sessions()).await {
+            debug!(error = %e, "could not look up session numbers; the batch goes with care");
+        }
+        batch.prepare(&self.inner.numbers);
+    }
+
     /// Commits what is queued on the writer connection, holding the write lock; whether
     /// writes were put back in the queue for another go.
     async fn flush_batch(&self, writer: &mut SqliteConnection) -> bool {
@@ -218,7 +228,7 @@ impl Store {
             }
         };
         if !later.is_empty() {
-            batch.absorb(later);
+            batch.add(later);
             self.prepare(&mut batch).await;
         }
         let mut attempt = Attempt::Trusting;
@@ -249,18 +259,6 @@ impl Store {
             Err(e) => batch.fail(&e),
         }
         false
-    }
-}
-
-impl Store {
-    /// Builds the trusting attempt's statements for the batch's appends not yet built, after
-    /// looking up the numbers of sessions this process has not seen (a session that is gone
-    /// leaves them unbuilt, and the batch goes with care).
-    async fn prepare(&self, batch: &mut Batch) {
-        if let Err(e) = self.learn_numbers(&batch.unprepared_sessions()).await {
-            debug!(error = %e, "could not look up session numbers; the batch goes with care");
-        }
-        batch.prepare(&self.inner.numbers);
     }
 }
 
