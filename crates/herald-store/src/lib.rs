@@ -14,6 +14,7 @@ mod group;
 mod history;
 mod index;
 mod messages;
+mod migrate;
 mod numbers;
 mod open;
 mod outbox;

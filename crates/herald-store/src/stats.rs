@@ -4,7 +4,8 @@ use herald_core::Platform;
 use serde::Serialize;
 
 use crate::error::StoreError;
-use crate::open::{Store, applied_version};
+use crate::migrate::applied_version;
+use crate::open::Store;
 
 /// Counts for one source.
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
