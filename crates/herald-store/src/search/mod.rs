@@ -11,6 +11,7 @@ use crate::open::Store;
 use crate::snippet::Marks;
 
 mod query;
+mod rank;
 
 pub use query::sanitize_query;
 use query::{Item, fts_op, items, join, literal_condition, phrase, render_fts};
@@ -145,7 +146,11 @@ impl Store {
             Item::Op(_) => None,
         }));
         let words = words.as_deref().unwrap_or(&fts);
-        let mut hits = self.word_search(words, query, &marks).await?;
+        let lone = match items.as_slice() {
+            [Item::Phrase { text, prefix: false }] => rank::lone_phrase(text),
+            _ => None,
+        };
+        let mut hits = self.word_search(words, lone.as_deref(), query, &marks).await?;
         if query.text.chars().any(is_cjk) {
             let short = items
                 .iter()
@@ -173,13 +178,20 @@ impl Store {
 
     /// BM25-ranked hits of the word index among the newest [`RANK_WINDOW`] matches. The
     /// filters are part of the match (see the migration `search_filters`): a role picks the
-    /// text column, the others are tokens of their own columns.
+    /// text column, the others are tokens of their own columns. A query that is one phrase of
+    /// several words (`lone_phrase`: its words), unfiltered, may be ranked here (`rank.rs`).
     async fn word_search(
         &self,
         fts: &str,
+        lone_phrase: Option<&[String]>,
         query: &SearchQuery,
         marks: &Marks,
     ) -> Result<Vec<SearchHit>, StoreError> {
+        if let (Some(phrase), None, None) = (lone_phrase, query.role, narrowing(query))
+            && let Some(ranked) = self.rank_lone_phrase(fts, phrase, query.limit).await?
+        {
+            return self.word_hits(ranked, query, marks).await;
+        }
         let text = match query.role {
             Some(role) => format!("{{{}}} : ({fts})", role_columns(role)),
             None => fts.to_owned(),
