@@ -221,3 +221,13 @@ async fn ensure_wal(conn: &mut SqliteConnection, path: &Path) -> Result<bool, sq
     );
     Ok(false)
 }
+
+/// A store in a new temporary directory, for the crate's own tests; the directory lasts as long
+/// as the returned guard.
+#[cfg(test)]
+pub(crate) async fn scratch_store() -> (Store, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let store =
+        Store::open(StoreOptions::new(dir.path().join("state.db"))).await.expect("open store");
+    (store, dir)
+}

@@ -4,12 +4,10 @@
 use herald_core::Platform;
 
 use super::*;
-use crate::StoreOptions;
 
 #[tokio::test]
 async fn a_failing_job_undoes_only_itself_in_a_shared_batch() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(StoreOptions::new(dir.path().join("state.db"))).await.unwrap();
+    let (store, _dir) = crate::open::scratch_store().await;
     let session =
         store.create_session(&crate::NewSession::new(Platform::Telegram, "p")).await.unwrap();
     // Holding the write lock makes all three writes wait for the same batch, which the
@@ -61,8 +59,7 @@ async fn a_failing_job_undoes_only_itself_in_a_shared_batch() {
 
 #[tokio::test]
 async fn appends_applied_one_by_one_after_a_refused_batch_are_not_taken_for_duplicates() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(StoreOptions::new(dir.path().join("state.db"))).await.unwrap();
+    let (store, _dir) = crate::open::scratch_store().await;
     let session =
         store.create_session(&crate::NewSession::new(Platform::Telegram, "p")).await.unwrap();
     let lock = store.inner.write_lock.lock().await;
@@ -139,8 +136,7 @@ async fn create_in_one_batch(
 
 #[tokio::test]
 async fn sessions_created_in_one_batch_are_numbered_apart_and_a_bad_one_fails_alone() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(StoreOptions::new(dir.path().join("state.db"))).await.unwrap();
+    let (store, _dir) = crate::open::scratch_store().await;
     let names: Vec<String> = (0..60).map(|i| format!("user-{i}")).collect();
     let users: Vec<(&str, Option<&str>)> = names.iter().map(|n| (n.as_str(), None)).collect();
     // All at once, then again with one whose parent does not exist among them.
@@ -171,8 +167,7 @@ async fn sessions_created_in_one_batch_are_numbered_apart_and_a_bad_one_fails_al
 
 #[tokio::test]
 async fn group_commits_journal_in_memory_and_other_writes_on_disk() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(StoreOptions::new(dir.path().join("state.db"))).await.unwrap();
+    let (store, _dir) = crate::open::scratch_store().await;
     let temp_store = || async {
         let mut writer = store.inner.write_lock.lock().await;
         let writer = writer.as_mut().unwrap();
@@ -189,8 +184,7 @@ async fn group_commits_journal_in_memory_and_other_writes_on_disk() {
 
 #[tokio::test]
 async fn a_writer_left_in_a_transaction_is_replaced() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::open(StoreOptions::new(dir.path().join("state.db"))).await.unwrap();
+    let (store, _dir) = crate::open::scratch_store().await;
     // A job that ends the transaction behind sqlx's back: its RELEASE fails, and so does
     // the rollback of the dropped transaction, which leaves the connection believing it
     // is still inside one. Every later BEGIN would be refused as nested.

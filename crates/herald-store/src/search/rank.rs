@@ -213,7 +213,7 @@ mod tests {
     use herald_core::Platform;
 
     use super::*;
-    use crate::{NewMessage, NewSession, StoreOptions};
+    use crate::{NewMessage, NewSession};
 
     const PHRASE: &str = "\"restart the server\"";
 
@@ -249,8 +249,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_lone_phrase_is_ranked_exactly_as_fts5_ranks_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::open(StoreOptions::new(dir.path().join("state.db"))).await.unwrap();
+        let (store, _dir) = crate::open::scratch_store().await;
         let session =
             store.create_session(&NewSession::new(Platform::Telegram, "p")).await.unwrap();
         let filler = "the quick brown fox jumps over the lazy dog. ";
