@@ -5,6 +5,26 @@ use herald_core::Platform;
 
 use super::*;
 
+/// A job of the group commit that runs `statements` in order, spawned.
+fn grouped_statements(
+    store: &Store,
+    statements: &'static [&'static str],
+) -> tokio::task::JoinHandle<Result<(), StoreError>> {
+    let store = store.clone();
+    tokio::spawn(async move {
+        store
+            .grouped(move |conn| {
+                Box::pin(async move {
+                    for statement in statements {
+                        sqlx::query(*statement).execute(&mut *conn).await?;
+                    }
+                    Ok(())
+                })
+            })
+            .await
+    })
+}
+
 #[tokio::test]
 async fn a_failing_job_undoes_only_itself_in_a_shared_batch() {
     let (store, _dir) = crate::open::scratch_store().await;
@@ -13,27 +33,14 @@ async fn a_failing_job_undoes_only_itself_in_a_shared_batch() {
     // Holding the write lock makes all three writes wait for the same batch, which the
     // failing job sends round again with care.
     let lock = store.inner.write_lock.lock().await;
-    let failing = tokio::spawn({
-        let store = store.clone();
-        async move {
-            store
-                .grouped(|conn| {
-                    Box::pin(async move {
-                        sqlx::query(
-                            "INSERT INTO platform_cursors (platform, name, value, updated_at)
-                             VALUES ('telegram', 'offset', 'lost', 0)",
-                        )
-                        .execute(&mut *conn)
-                        .await?;
-                        sqlx::query("INSERT INTO no_such_table VALUES (1)")
-                            .execute(&mut *conn)
-                            .await?;
-                        Ok(())
-                    })
-                })
-                .await
-        }
-    });
+    let failing = grouped_statements(
+        &store,
+        &[
+            "INSERT INTO platform_cursors (platform, name, value, updated_at)
+             VALUES ('telegram', 'offset', 'lost', 0)",
+            "INSERT INTO no_such_table VALUES (1)",
+        ],
+    );
     let saving = tokio::spawn({
         let store = store.clone();
         async move { store.set_cursor(Platform::Slack, "offset", "kept").await }
@@ -64,24 +71,11 @@ async fn appends_applied_one_by_one_after_a_refused_batch_are_not_taken_for_dupl
         store.create_session(&crate::NewSession::new(Platform::Telegram, "p")).await.unwrap();
     let lock = store.inner.write_lock.lock().await;
     // A job of the same batch makes its connection refuse one message.
-    let poison = tokio::spawn({
-        let store = store.clone();
-        async move {
-            store
-                .grouped(|conn| {
-                    Box::pin(async move {
-                        sqlx::query(
-                            "CREATE TEMP TRIGGER IF NOT EXISTS poison BEFORE INSERT ON main.messages
-                             WHEN new.content = 'poison' BEGIN SELECT RAISE(ABORT, 'poisoned'); END",
-                        )
-                        .execute(&mut *conn)
-                        .await?;
-                        Ok(())
-                    })
-                })
-                .await
-        }
-    });
+    let poison = grouped_statements(
+        &store,
+        &["CREATE TEMP TRIGGER IF NOT EXISTS poison BEFORE INSERT ON main.messages
+           WHEN new.content = 'poison' BEGIN SELECT RAISE(ABORT, 'poisoned'); END"],
+    );
     let append = |id: &'static str, text: &'static str| {
         let (store, session) = (store.clone(), session.id.clone());
         tokio::spawn(async move {
