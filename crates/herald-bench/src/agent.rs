@@ -1,6 +1,6 @@
-//! `agent-overhead`: turns through the agent loop and the store against a model that answers at
-//! once, measuring herald's own time per turn (reading history, building the request, storing
-//! the delta), with the model's time taken out. Each session's stored system prompt is read
+//! `agent-overhead`: turns through the turn pipeline the gateway and `herald chat` use, against a
+//! model that answers at once, measuring herald's own time per turn (storing the line, reading
+//! history, building the request, storing the delta), with the model's time taken out. Each session's stored system prompt is read
 //! once, when the session is opened, as the gateway and `herald chat` do.
 
 use std::path::PathBuf;
@@ -10,11 +10,12 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use herald::wiring;
 use herald_agent::{
-    Agent, ChatRequest, Completion, Message, OpenAiProvider, Provider, ProviderError, RetryPolicy,
+    Agent, ChatRequest, Completion, OpenAiProvider, Provider, ProviderError, RetryPolicy,
     ToolContext,
 };
 use herald_core::Platform;
 use herald_fakes::FakeModel;
+use herald_gateway::pipeline::{Said, Turn};
 use herald_store::{NewMessage, NewSession, Store, StoreOptions};
 use rand::SeedableRng;
 use serde::Serialize;
@@ -54,7 +55,7 @@ struct AgentLine {
     /// Reading the history back from the store.
     read_p50_ms: f64,
     read_p99_ms: f64,
-    /// Storing the turn's messages.
+    /// Storing the agent's messages (the line is stored before the history is read).
     store_p50_ms: f64,
     store_p99_ms: f64,
 }
@@ -125,29 +126,25 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<Outcome> {
         let (session, system_prompt) = &sessions[turn as usize % sessions.len()];
         let line = vocab.text(&mut rng, 200);
         *provider.spent.lock().unwrap_or_else(|p| p.into_inner()) = Duration::ZERO;
+        let turn = Turn {
+            store: &store,
+            agent: Agent {
+                provider: &provider,
+                tools: &tools,
+                model: FakeModel::MODEL,
+                system_prompt,
+                max_iterations: 8,
+            },
+            context: ToolContext {
+                platform: Platform::Telegram,
+                user_id: session.user_id.clone(),
+                session_id: session.id.clone(),
+            },
+        };
         let began = Instant::now();
-        let mut history: Vec<Message> =
-            store.history(&session.id).await?.into_iter().map(wiring::to_agent).collect();
-        history.push(Message::user(line.clone()));
-        reads.push(began.elapsed());
-        let agent = Agent {
-            provider: &provider,
-            tools: &tools,
-            model: FakeModel::MODEL,
-            system_prompt,
-            max_iterations: 8,
-        };
-        let context = ToolContext {
-            platform: Platform::Telegram,
-            user_id: session.user_id.clone(),
-            session_id: session.id.clone(),
-        };
-        let output = agent.run(&history, &context, &Default::default()).await?;
-        let mut delta = vec![NewMessage::user(line)];
-        delta.extend(output.messages.iter().map(wiring::to_store));
-        let storing = Instant::now();
-        store.append_turn(&session.id, delta, wiring::usage(output.usage)).await?;
-        stores.push(storing.elapsed());
+        let answer = turn.run(Said::Line(&line), None, &Default::default()).await?;
+        reads.push(answer.read);
+        stores.push(answer.stored);
         let total = began.elapsed();
         let spent = *provider.spent.lock().unwrap_or_else(|p| p.into_inner());
         whole.push(total);

@@ -18,6 +18,7 @@ mod link;
 mod liveness;
 mod metrics;
 mod outbox;
+pub mod pipeline;
 mod router;
 mod settings;
 mod shared;

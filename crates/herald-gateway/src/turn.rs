@@ -4,14 +4,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use herald_agent::{Agent, Message, Provider, ProviderError, ToolContext, TurnError};
+use herald_agent::{Agent, Provider, ProviderError, ToolContext};
 use herald_core::{ChatRef, UserRef};
-use herald_store::{Delivery, Session, now_ms};
+use herald_store::{Session, now_ms};
 use tokio_util::sync::CancellationToken;
 use tracing::{error, warn};
 
-use crate::history;
 use crate::outbox::Parcel;
+use crate::pipeline::{Answer, Destination, Said, Turn, TurnFailed};
 use crate::shared::Shared;
 
 /// The session a worker talks to, with its stored system prompt.
@@ -65,13 +65,13 @@ pub(crate) async fn run<P: Provider>(shared: Arc<Shared<P>>, job: TurnJob) -> Tu
         shared.metrics.run_ended(began.elapsed(), outcome.is_err());
     }
     match outcome {
-        Ok(Reply { text, outbox }) => {
+        Ok(Answer { reply, outbox, .. }) => {
             shared.outbox.post(Parcel {
                 session: job.session.session.id.clone(),
                 outbox,
                 chat: job.chat.clone(),
                 reply_to: job.reply_to.clone(),
-                text,
+                text: reply,
                 stored_at: now_ms(),
                 again: false,
             });
@@ -113,69 +113,38 @@ impl Failure {
     }
 }
 
-/// The agent run and the stored delta; the reply text on success.
-async fn think<P: Provider>(shared: &Shared<P>, job: &TurnJob) -> Result<Reply, Failure> {
+/// The agent run and the stored delta, through the one turn pipeline.
+async fn think<P: Provider>(shared: &Shared<P>, job: &TurnJob) -> Result<Answer, Failure> {
     let session_id = &job.session.session.id;
-    let store_failed = |e: herald_store::StoreError| {
-        error!(session = %session_id, error = %e, "the store failed during a turn");
-        Failure::Store
+    let turn = Turn {
+        store: &shared.store,
+        agent: Agent {
+            provider: &shared.provider,
+            tools: &shared.tools,
+            model: job.session.session.model.as_deref().unwrap_or(&shared.settings.model),
+            system_prompt: &job.session.system_prompt,
+            max_iterations: shared.settings.max_iterations,
+        },
+        context: ToolContext {
+            platform: job.chat.platform,
+            user_id: Some(job.user.id.clone()),
+            session_id: session_id.clone(),
+        },
     };
-    if !job.take.is_empty() {
-        shared.store.take_queued(session_id, &job.take).await.map_err(store_failed)?;
-    }
-    let history: Vec<Message> = shared
-        .store
-        .history(session_id)
-        .await
-        .map_err(store_failed)?
-        .into_iter()
-        .map(history::to_agent)
-        .collect();
-    let model = job.session.session.model.as_deref().unwrap_or(&shared.settings.model);
-    let agent = Agent {
-        provider: &shared.provider,
-        tools: &shared.tools,
-        model,
-        system_prompt: &job.session.system_prompt,
-        max_iterations: shared.settings.max_iterations,
-    };
-    let context = ToolContext {
-        platform: job.chat.platform,
-        user_id: Some(job.user.id.clone()),
-        session_id: session_id.clone(),
-    };
-    let output = match agent.run(&history, &context, &job.cancel).await {
-        Ok(output) => output,
-        Err(TurnError::Cancelled | TurnError::Provider(ProviderError::Cancelled)) => {
-            return Err(Failure::Cancelled);
-        }
-        Err(TurnError::Provider(e)) => {
+    let said = if job.take.is_empty() { Said::Stored } else { Said::Queued(&job.take) };
+    let to = Destination { chat: job.chat.clone(), reply_to: job.reply_to.clone() };
+    match turn.run(said, Some(to), &job.cancel).await {
+        Ok(answer) => Ok(answer),
+        Err(TurnFailed::Cancelled) => Err(Failure::Cancelled),
+        Err(TurnFailed::Model(e)) => {
             warn!(session = %session_id, error = %e, "the model failed; the user is told");
-            return Err(Failure::Model(e));
+            Err(Failure::Model(e))
         }
-    };
-    let reply = match output.reply().trim() {
-        "" => "(the model gave an empty answer)".to_owned(),
-        reply => reply.to_owned(),
-    };
-    let delta: Vec<_> = output.messages.iter().map(history::to_store).collect();
-    // The reply goes into the outbox with the turn: a crash before the platform takes it
-    // leaves it there for the next start to send.
-    let delivery =
-        Delivery { chat: job.chat.clone(), reply_to: job.reply_to.clone(), text: reply.clone() };
-    let ids = shared
-        .store
-        .append_reply(session_id, delta, history::usage(output.usage), delivery)
-        .await
-        .map_err(store_failed)?;
-    Ok(Reply { text: reply, outbox: ids.last().copied() })
-}
-
-/// A stored answer, and its outbox entry until it is delivered.
-#[derive(Debug)]
-struct Reply {
-    text: String,
-    outbox: Option<i64>,
+        Err(TurnFailed::Store(e)) => {
+            error!(session = %session_id, error = %e, "the store failed during a turn");
+            Err(Failure::Store)
+        }
+    }
 }
 
 /// Tells the user a turn failed. The line is not stored: the question is, and /retry or the

@@ -132,7 +132,7 @@ fn titles_and_resume_by_title() {
 }
 
 #[test]
-fn a_model_failure_is_one_line_and_saves_nothing() {
+fn a_model_failure_is_one_line_and_keeps_the_message() {
     let trial = Trial::new("You are Herald.");
     trial.fake.push_fault(Fault::Status { code: 401, retry_after: None, body: None });
     let run = trial.world.env_for("ada").herald_input(&["chat"], "first try\nsecond try\n");
@@ -140,14 +140,22 @@ fn a_model_failure_is_one_line_and_saves_nothing() {
     let errors: Vec<&str> = run.stderr.lines().filter(|l| l.starts_with("error:")).collect();
     assert_eq!(errors.len(), 1, "{run:?}");
     assert!(errors[0].contains("api_key_env"), "{}", errors[0]);
+    assert!(errors[0].contains("your message is saved"), "{}", errors[0]);
     assert!(run.stdout.contains("echo: second try"));
     let history = trial.world.with_store(async |store| {
         let s = store.list_sessions(&SessionFilter::default()).await.unwrap();
         store.history(&s[0].id).await.unwrap()
     });
-    let roles: Vec<Role> = history.iter().map(|m| m.role).collect();
-    assert_eq!(roles, [Role::User, Role::Assistant], "the failed turn left nothing behind");
-    assert_eq!(history[0].content, "second try");
+    let said: Vec<(Role, &str)> = history.iter().map(|m| (m.role, m.content.as_str())).collect();
+    assert_eq!(
+        said,
+        [
+            (Role::User, "first try"),
+            (Role::User, "second try"),
+            (Role::Assistant, "echo: second try")
+        ],
+        "the failed turn kept what was typed, as the gateway does"
+    );
 }
 
 #[test]
