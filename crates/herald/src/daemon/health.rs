@@ -11,15 +11,13 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Json};
 use axum::routing::get;
 use herald_core::Platform;
-use herald_gateway::{Metrics, PlatformState, PlatformStates};
+use herald_gateway::{Metrics, PROMETHEUS_TEXT, PlatformState, PlatformStates};
 use herald_store::Store;
 use serde_json::{Map, Value, json};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-/// The content type of the Prometheus text exposition format.
-pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// How long the store may take to answer `/healthz`'s check before it counts as failed.
 const STORE_CHECK: Duration = Duration::from_secs(2);
 
