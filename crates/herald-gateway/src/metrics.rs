@@ -2,6 +2,7 @@
 //! Prometheus text.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use herald_core::Platform;
@@ -23,6 +24,15 @@ pub const PROMETHEUS_TEXT: &str = prometheus_text::CONTENT_TYPE;
 #[derive(Debug, Clone, Default)]
 pub struct Metrics(Arc<Inner>);
 
+/// The store's own counts, read by the caller at scrape time.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StoreFigures {
+    /// Write transactions retried because another writer held the database.
+    pub write_retries: u64,
+    /// Writes that failed after their patience ran out.
+    pub write_failures: u64,
+}
+
 /// The `platform` label of the per-platform counters.
 type PlatformLabel = [(&'static str, &'static str); 1];
 
@@ -35,6 +45,8 @@ struct Inner {
     run_failures: Counter,
     active_sessions: Gauge,
     running_turns: Gauge,
+    outbox_pending: Gauge,
+    outbox_oldest_seconds: Gauge<f64, AtomicU64>,
 }
 
 impl Default for Inner {
@@ -47,6 +59,8 @@ impl Default for Inner {
             run_failures: Counter::default(),
             active_sessions: Gauge::default(),
             running_turns: Gauge::default(),
+            outbox_pending: Gauge::default(),
+            outbox_oldest_seconds: Gauge::default(),
         }
     }
 }
@@ -99,6 +113,12 @@ impl Metrics {
         self.0.active_sessions.set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
+    /// Replies stored but not yet taken by their platform, and how long the oldest has waited.
+    pub fn set_outbox(&self, pending: u64, oldest: Option<Duration>) {
+        self.0.outbox_pending.set(i64::try_from(pending).unwrap_or(i64::MAX));
+        self.0.outbox_oldest_seconds.set(oldest.unwrap_or_default().as_secs_f64());
+    }
+
     /// Messages received from `platform` so far.
     pub fn messages_received(&self, platform: Platform) -> u64 {
         self.0.received.get(&label(platform)).map_or(0, |c| c.get())
@@ -120,17 +140,17 @@ impl Metrics {
     }
 
     /// Everything in the Prometheus text exposition format ([`PROMETHEUS_TEXT`]), with the
-    /// store's write retries (`Store::busy_retries`) read by the caller.
-    pub fn render_prometheus(&self, store_write_retries: u64) -> String {
+    /// store's figures read by the caller.
+    pub fn render_prometheus(&self, store: StoreFigures) -> String {
         let mut out = String::with_capacity(4096);
         // Writing into a String cannot fail.
-        let _ = prometheus_text::encode(&mut out, &self.registry(store_write_retries));
+        let _ = prometheus_text::encode(&mut out, &self.registry(store));
         out
     }
 
     /// A registry of this moment: the live metrics plus the counts read at scrape time.
     /// `prometheus-client` adds the `_total` suffix to counters itself.
-    fn registry(&self, store_write_retries: u64) -> Registry {
+    fn registry(&self, store: StoreFigures) -> Registry {
         let m = &self.0;
         let mut r = Registry::default();
         r.register(
@@ -161,7 +181,12 @@ impl Metrics {
         r.register(
             "herald_store_write_retries",
             "Store write transactions retried because another writer held the database",
-            ConstCounter::new(store_write_retries),
+            ConstCounter::new(store.write_retries),
+        );
+        r.register(
+            "herald_store_write_failures",
+            "Store writes that failed after their patience ran out",
+            ConstCounter::new(store.write_failures),
         );
         r.register(
             "herald_active_sessions",
@@ -169,6 +194,16 @@ impl Metrics {
             m.active_sessions.clone(),
         );
         r.register("herald_running_turns", "Agent runs in progress", m.running_turns.clone());
+        r.register(
+            "herald_outbox_pending",
+            "Replies stored but not yet taken by their platform",
+            m.outbox_pending.clone(),
+        );
+        r.register(
+            "herald_outbox_oldest_seconds",
+            "How long the oldest reply not yet taken by its platform has waited (0 when none)",
+            m.outbox_oldest_seconds.clone(),
+        );
         r
     }
 }
@@ -188,8 +223,8 @@ mod tests {
             .map(str::to_owned)
     }
 
-    fn check(metrics: &Metrics, retries: u64, expected: &[(&str, &str)]) {
-        let text = metrics.render_prometheus(retries);
+    fn check(metrics: &Metrics, store: StoreFigures, expected: &[(&str, &str)]) {
+        let text = metrics.render_prometheus(store);
         for (series, value) in expected {
             assert_eq!(sample(&text, series).as_deref(), Some(*value), "{series} in\n{text}");
         }
@@ -201,7 +236,7 @@ mod tests {
         metrics.add_platform(Platform::Telegram);
         check(
             &metrics,
-            0,
+            StoreFigures::default(),
             &[
                 ("herald_messages_received_total{platform=\"telegram\"}", "0"),
                 ("herald_messages_sent_total{platform=\"telegram\"}", "0"),
@@ -211,11 +246,14 @@ mod tests {
                 ("herald_agent_run_seconds_count", "0"),
                 ("herald_model_errors_total", "0"),
                 ("herald_store_write_retries_total", "0"),
+                ("herald_store_write_failures_total", "0"),
                 ("herald_active_sessions", "0"),
                 ("herald_running_turns", "0"),
+                ("herald_outbox_pending", "0"),
+                ("herald_outbox_oldest_seconds", "0.0"),
             ],
         );
-        let text = metrics.render_prometheus(0);
+        let text = metrics.render_prometheus(StoreFigures::default());
         assert!(!text.contains("discord") && !text.contains("slack"), "{text}");
     }
 
@@ -231,24 +269,44 @@ mod tests {
         metrics.sent(Platform::Slack);
         metrics.set_active_sessions(2);
         let running = metrics.turn_running();
+        let store = StoreFigures { write_retries: 7, write_failures: 2 };
         check(
             &metrics,
-            7,
+            store,
             &[
                 ("herald_messages_received_total{platform=\"telegram\"}", "3"),
                 ("herald_messages_received_total{platform=\"slack\"}", "0"),
                 ("herald_messages_sent_total{platform=\"telegram\"}", "1"),
                 ("herald_messages_sent_total{platform=\"slack\"}", "1"),
                 ("herald_store_write_retries_total", "7"),
+                ("herald_store_write_failures_total", "2"),
                 ("herald_active_sessions", "2"),
                 ("herald_running_turns", "1"),
             ],
         );
         drop(running);
-        check(&metrics, 7, &[("herald_running_turns", "0")]);
+        check(&metrics, store, &[("herald_running_turns", "0")]);
         assert_eq!(metrics.messages_received(Platform::Telegram), 3);
         assert_eq!(metrics.messages_sent(Platform::Slack), 1);
         assert_eq!(metrics.messages_sent(Platform::Discord), 0);
+    }
+
+    #[test]
+    fn the_outbox_reports_its_backlog_and_the_oldest_wait() {
+        let metrics = Metrics::default();
+        metrics.set_outbox(4, Some(Duration::from_millis(2500)));
+        let empty = StoreFigures::default();
+        check(
+            &metrics,
+            empty,
+            &[("herald_outbox_pending", "4"), ("herald_outbox_oldest_seconds", "2.5")],
+        );
+        metrics.set_outbox(0, None);
+        check(
+            &metrics,
+            empty,
+            &[("herald_outbox_pending", "0"), ("herald_outbox_oldest_seconds", "0.0")],
+        );
     }
 
     #[test]
@@ -260,7 +318,7 @@ mod tests {
         metrics.run_ended(Duration::from_secs(90), false);
         check(
             &metrics,
-            0,
+            StoreFigures::default(),
             &[
                 ("herald_agent_runs_total", "4"),
                 ("herald_agent_run_seconds_bucket{le=\"0.05\"}", "1"),
@@ -274,7 +332,7 @@ mod tests {
                 ("herald_model_errors_total", "1"),
             ],
         );
-        let text = metrics.render_prometheus(0);
+        let text = metrics.render_prometheus(StoreFigures::default());
         let sum = sample(&text, "herald_agent_run_seconds_sum").expect("a sum");
         let sum: f64 = sum.parse().expect("a number");
         assert!((sum - 93.13).abs() < 1e-9, "{sum}");
@@ -284,7 +342,7 @@ mod tests {
     fn every_family_has_help_and_type_before_its_samples() {
         let metrics = Metrics::default();
         metrics.add_platform(Platform::Telegram);
-        let text = metrics.render_prometheus(0);
+        let text = metrics.render_prometheus(StoreFigures::default());
         let mut declared = Vec::new();
         for line in text.lines() {
             if let Some(rest) = line.strip_prefix("# TYPE ") {
@@ -304,7 +362,7 @@ mod tests {
                 assert!(value.parse::<f64>().is_ok(), "{line}");
             }
         }
-        assert_eq!(declared.len(), 8, "{text}");
+        assert_eq!(declared.len(), 11, "{text}");
         assert!(text.ends_with('\n'));
     }
 }

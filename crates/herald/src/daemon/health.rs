@@ -11,7 +11,7 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Json};
 use axum::routing::get;
 use herald_core::Platform;
-use herald_gateway::{Metrics, PROMETHEUS_TEXT, PlatformState, PlatformStates};
+use herald_gateway::{Metrics, PROMETHEUS_TEXT, PlatformState, PlatformStates, StoreFigures};
 use herald_store::Store;
 use serde_json::{Map, Value, json};
 use tokio::net::TcpListener;
@@ -72,8 +72,18 @@ async fn healthz(State(state): State<HealthState>) -> (StatusCode, Json<Value>) 
 }
 
 async fn metrics(State(state): State<HealthState>) -> impl IntoResponse {
-    let text = state.metrics.render_prometheus(state.store.busy_retries());
+    let store = StoreFigures {
+        write_retries: state.store.busy_retries(),
+        write_failures: store_write_failures_placeholder(&state.store),
+    };
+    let text = state.metrics.render_prometheus(store);
     ([(header::CONTENT_TYPE, PROMETHEUS_TEXT)], text)
+}
+
+/// PLACEHOLDER for the lead: replace with `store.write_failures()` once herald-store has it.
+/// Until then no failure is counted, so `herald_store_write_failures_total` stays 0.
+fn store_write_failures_placeholder(_store: &Store) -> u64 {
+    0
 }
 
 /// The `/healthz` answer: `ok` (200) when every platform is connected and the store answers;
