@@ -18,6 +18,7 @@ use crate::cursors::Cursors;
 use crate::link::{Link, PlatformState, PlatformStates};
 use crate::liveness::{BEATS_WAITING, Beat, Heartbeat, Started};
 use crate::metrics::Metrics;
+use crate::outbox::{Backlog, Outbox};
 use crate::router::{CURSOR, Event, Router};
 use crate::settings::GatewaySettings;
 use crate::shared::Shared;
@@ -45,6 +46,7 @@ pub struct Gateway<P> {
     metrics: Metrics,
     beats: (mpsc::Sender<Beat>, mpsc::Receiver<Beat>),
     started: Started,
+    backlog: Backlog,
 }
 
 impl<P: Provider + 'static> Gateway<P> {
@@ -63,6 +65,7 @@ impl<P: Provider + 'static> Gateway<P> {
             metrics: Metrics::default(),
             beats: mpsc::channel(BEATS_WAITING),
             started: Started::default(),
+            backlog: Backlog::default(),
         }
     }
 
@@ -74,6 +77,11 @@ impl<P: Provider + 'static> Gateway<P> {
     /// The gateway's counters, for `/metrics`; they stay current while the gateway runs.
     pub fn metrics(&self) -> Metrics {
         self.metrics.clone()
+    }
+
+    /// The replies waiting for their platform, for health reports; it stays current.
+    pub fn backlog(&self) -> Backlog {
+        self.backlog.clone()
     }
 
     /// A liveness probe answered by the gateway's event loop, for the service watchdog.
@@ -131,12 +139,15 @@ impl<P: Provider + 'static> Gateway<P> {
             metrics,
             beats,
             started,
+            backlog,
         } = self;
         let (_, mut events) = events;
         // Only the heartbeats handed out keep the channel open; with none, `recv` is `None`.
         let (_, mut beats) = beats;
         let drain = settings.drain_timeout;
+        let outbox = Outbox::new(store.clone(), links.clone(), backlog);
         let shared = Arc::new(Shared {
+            outbox: outbox.clone(),
             store: store.clone(),
             provider,
             tools,
@@ -192,8 +203,19 @@ impl<P: Provider + 'static> Gateway<P> {
             let workers = workers.wait();
             keep_cursors(&cursors, &mut events, &mut beats, workers, Duration::from_secs(5)).await;
         }
-        // The last senders of the adapters' outbound queues go with the router: adapters
-        // deliver what is queued and return.
+        // The replies of the finished turns, and those still being tried again, go out while
+        // the platforms are still there; what does not make it is sent at the next start.
+        let drained = async {
+            if !outbox.drain(ADAPTER_FLUSH).await {
+                warn!(
+                    "some replies were not delivered before the stop; they are sent at the next start"
+                );
+            }
+        };
+        keep_cursors(&cursors, &mut events, &mut beats, drained, ADAPTER_FLUSH * 2).await;
+        // The last senders of the adapters' outbound queues go with the router and the
+        // outbox: adapters deliver what is queued and return.
+        drop(outbox);
         let states = router.states.clone();
         drop(router);
         adapters.close();

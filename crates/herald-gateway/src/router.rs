@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use herald_agent::Provider;
 use herald_core::{AdapterEvent, ChatKind, ChatRef, Inbound, Platform, SessionKey, UserRef};
-use herald_store::{Delivery, Session};
+use herald_store::Session;
 use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
@@ -15,8 +15,8 @@ use crate::auth::{self, Pairing, Verdict};
 use crate::commands::Command;
 use crate::cursors::Cursors;
 use crate::link::{PlatformState, PlatformStates};
+use crate::outbox::Parcel;
 use crate::shared::Shared;
-use crate::turn;
 use crate::worker::{Idle, Input, Worker};
 
 /// The name of the cursor adapters report (the Telegram update offset).
@@ -70,26 +70,18 @@ impl<P: Provider + 'static> Router<P> {
     /// Picks up what a previous run left: sessions whose last message was not answered, then
     /// messages that were queued, in arrival order.
     pub(crate) async fn recover(&mut self) {
-        // Replies stored before the last stop but never taken by their platform go first.
+        // Replies stored before the last stop but never taken by their platform go first, in
+        // their sessions' lines: what the workers answer next is queued behind them.
         match self.shared.store.undelivered().await {
             Ok(replies) => {
+                if !replies.is_empty() {
+                    info!(
+                        replies = replies.len(),
+                        "sending the replies stored before the last stop"
+                    );
+                }
                 for reply in replies {
-                    if !self.shared.links.contains_key(&reply.delivery.chat.platform) {
-                        continue;
-                    }
-                    info!(session = %reply.session_id, "sending a reply stored before the last stop");
-                    let shared = self.shared.clone();
-                    self.tracker.spawn(async move {
-                        let Delivery { chat, reply_to, text } = reply.delivery;
-                        turn::deliver_stored(
-                            &shared,
-                            &chat,
-                            reply_to,
-                            text,
-                            Some(reply.message_id),
-                        )
-                        .await;
-                    });
+                    self.shared.outbox.post(Parcel::recovered(reply));
                 }
             }
             Err(e) => warn!(error = %e, "could not read the replies left undelivered"),

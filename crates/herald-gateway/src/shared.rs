@@ -1,5 +1,5 @@
 //! What every session worker shares: the store, the model, the tools, the settings, the
-//! platform links, the global run limit and the metrics.
+//! platform links, the outbox, the global run limit and the metrics.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::link::Link;
 use crate::metrics::Metrics;
+use crate::outbox::Outbox;
 use crate::settings::GatewaySettings;
 
 /// Shared by the router and every worker.
@@ -22,6 +23,8 @@ pub(crate) struct Shared<P> {
     pub(crate) tools: ToolRegistry,
     pub(crate) settings: GatewaySettings,
     pub(crate) links: HashMap<Platform, Link>,
+    /// Where stored replies wait for their platform, in order per session.
+    pub(crate) outbox: Outbox,
     /// One permit per agent run: `max_concurrent_runs` across all sessions.
     pub(crate) runs: Arc<Semaphore>,
     /// Cancelled when the drain time is over: running turns stop at their next boundary.

@@ -1,16 +1,17 @@
 //! One agent run for one session: the stored history through a fresh agent, the delta stored
-//! in one transaction, then the reply delivered.
+//! in one transaction with the reply, which the outbox then delivers.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use herald_agent::{Agent, Message, Provider, ProviderError, ToolContext, TurnError};
-use herald_core::{ChatRef, SendError, UserRef};
-use herald_store::{Delivery, Session};
+use herald_core::{ChatRef, UserRef};
+use herald_store::{Delivery, Session, now_ms};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, error, warn};
+use tracing::{error, warn};
 
 use crate::history;
+use crate::outbox::Parcel;
 use crate::shared::Shared;
 
 /// The session a worker talks to, with its stored system prompt.
@@ -36,7 +37,7 @@ pub(crate) struct TurnJob {
 /// How a turn ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum TurnEnd {
-    /// Answered and delivered (or delivery failed after the answer was stored).
+    /// Answered: the reply is stored and on its way (see the outbox).
     Answered,
     /// The model or the store failed; the user was told.
     Failed,
@@ -65,7 +66,15 @@ pub(crate) async fn run<P: Provider>(shared: Arc<Shared<P>>, job: TurnJob) -> Tu
     }
     match outcome {
         Ok(Reply { text, outbox }) => {
-            deliver_stored(&shared, &job.chat, job.reply_to.clone(), text, outbox).await;
+            shared.outbox.post(Parcel {
+                session: job.session.session.id.clone(),
+                outbox,
+                chat: job.chat.clone(),
+                reply_to: job.reply_to.clone(),
+                text,
+                stored_at: now_ms(),
+                again: false,
+            });
             TurnEnd::Answered
         }
         Err(Failure::Cancelled) => TurnEnd::Cancelled,
@@ -167,36 +176,6 @@ async fn think<P: Provider>(shared: &Shared<P>, job: &TurnJob) -> Result<Reply, 
 struct Reply {
     text: String,
     outbox: Option<i64>,
-}
-
-/// Sends a stored reply and takes it out of the outbox once the platform took it, or refused
-/// it for good. One the platform could not be reached for stays there: the next start sends it.
-pub(crate) async fn deliver_stored<P>(
-    shared: &Shared<P>,
-    chat: &ChatRef,
-    reply_to: Option<String>,
-    text: String,
-    outbox: Option<i64>,
-) {
-    let Some(link) = shared.links.get(&chat.platform) else { return };
-    debug!(chat = %chat.id, reply = %text, "sending reply");
-    let sent = link.send(chat, text, reply_to).await;
-    let done = match &sent {
-        Ok(_) => true,
-        Err(e @ SendError::Rejected(_)) => {
-            error!(platform = %chat.platform, chat = %chat.id, error = %e, "the platform refused a reply (it is stored in the session)");
-            true
-        }
-        Err(e) => {
-            error!(platform = %chat.platform, chat = %chat.id, error = %e, "a reply could not be delivered yet (it is stored, and sent again at the next start)");
-            false
-        }
-    };
-    if let (true, Some(id)) = (done, outbox)
-        && let Err(e) = shared.store.delivered(id).await
-    {
-        warn!(error = %e, "could not clear a delivered reply from the outbox; it may be sent again after a restart");
-    }
 }
 
 /// Tells the user a turn failed. The line is not stored: the question is, and /retry or the

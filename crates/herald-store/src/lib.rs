@@ -11,6 +11,7 @@ mod checkpoint;
 mod error;
 mod gateway;
 mod group;
+mod health;
 mod history;
 mod index;
 mod messages;
@@ -30,6 +31,7 @@ mod write;
 
 pub use error::StoreError;
 pub use gateway::QueuedInbound;
+pub use health::WriteFailing;
 pub use messages::{Appended, Delivery, NewMessage, StoredMessage, TokenUsage};
 pub use open::{Store, StoreOptions};
 pub use outbox::Undelivered;

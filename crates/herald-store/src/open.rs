@@ -12,6 +12,7 @@ use tracing::{debug, warn};
 use crate::checkpoint::Checkpointer;
 use crate::error::StoreError;
 use crate::group::WriteQueue;
+use crate::health::WriteHealth;
 use crate::history::HistoryCache;
 use crate::index::Indexer;
 use crate::numbers::SessionNumbers;
@@ -68,6 +69,7 @@ pub(crate) struct Inner {
     pub(crate) writer_options: SqliteConnectOptions,
     pub(crate) writes: WriteQueue,
     pub(crate) busy_retries: AtomicU64,
+    pub(crate) write_health: WriteHealth,
     pub(crate) indexer: Indexer,
     pub(crate) checkpointer: Checkpointer,
     pub(crate) history: HistoryCache,
@@ -141,6 +143,7 @@ impl Store {
                 writer_options,
                 writes: WriteQueue::default(),
                 busy_retries: AtomicU64::new(0),
+                write_health: WriteHealth::default(),
                 indexer: Indexer::default(),
                 checkpointer: Checkpointer::default(),
                 history: HistoryCache::default(),

@@ -17,6 +17,8 @@ pub struct Undelivered {
     pub session_id: String,
     /// Where it goes and what it says.
     pub delivery: Delivery,
+    /// When it was stored, in milliseconds since the Unix epoch.
+    pub created_at: i64,
 }
 
 #[derive(sqlx::FromRow)]
@@ -29,6 +31,7 @@ struct OutboxRow {
     chat_kind: String,
     reply_to: Option<String>,
     text: String,
+    created_at: i64,
 }
 
 impl Store {
@@ -40,7 +43,8 @@ impl Store {
     /// Every reply still to deliver, oldest first (what a restart must still send).
     pub async fn undelivered(&self) -> Result<Vec<Undelivered>, StoreError> {
         let rows: Vec<OutboxRow> = sqlx::query_as(
-            "SELECT message_id, session_id, platform, chat_id, thread_id, chat_kind, reply_to, text
+            "SELECT message_id, session_id, platform, chat_id, thread_id, chat_kind, reply_to, text,
+                    created_at
              FROM outbox ORDER BY message_id",
         )
         .fetch_all(&self.inner.pool)
@@ -57,6 +61,7 @@ impl Store {
                     message_id: row.message_id,
                     session_id: row.session_id,
                     delivery: Delivery { chat, reply_to: row.reply_to, text: row.text },
+                    created_at: row.created_at,
                 })
             })
             .collect()

@@ -31,8 +31,10 @@ macro_rules! write_tx {
                 // The write itself will show whether the writer still works (and heal it).
                 tracing::debug!(error = %e, "could not move the writer's journals to disk");
             }
-            let _held = store.inner.process_lock.acquire(&backoff).await?;
-            let result = loop {
+            let held = store.inner.process_lock.acquire(&backoff).await;
+            let result = match held {
+                Err(e) => Err(e),
+                Ok(_held) => loop {
                 let attempt: Result<_, $crate::error::StoreError> = async {
                     let mut tx =
                         sqlx::Connection::begin_with(&mut *writer, "BEGIN IMMEDIATE").await?;
@@ -43,10 +45,16 @@ macro_rules! write_tx {
                 }
                 .await;
                 match attempt {
-                    Err(e) if e.is_retryable() => backoff.wait().await?,
+                    Err(e) if e.is_retryable() => {
+                        if let Err(gave_up) = backoff.wait().await {
+                            break Err(gave_up);
+                        }
+                    }
                     done => break done,
                 }
+                },
             };
+            store.inner.write_health.record(result.as_ref().err());
             store.heal_writer(writer, result.is_err()).await;
             if result.is_ok() {
                 store.committed();

@@ -219,6 +219,7 @@ impl Store {
         let held = match held {
             Ok(held) => held,
             Err(e) => {
+                self.inner.write_health.record(Some(&e));
                 // Only the writes that waited all along have run out of patience; the later
                 // ones go back to the front of the queue for the next flusher.
                 let requeued = !later.is_empty();
@@ -249,6 +250,7 @@ impl Store {
             }
         };
         drop(held);
+        self.inner.write_health.record(outcome.as_ref().err());
         self.heal_writer(writer, outcome.is_err()).await;
         match outcome {
             Ok(outcome) => {

@@ -97,11 +97,13 @@ pub async fn serve(
         let state = HealthState {
             states: probe.states.clone(),
             metrics: probe.metrics.clone(),
-            store,
+            store: store.clone(),
+            backlog: gateway.backlog(),
             stopping: phases.stopping.clone(),
         };
         tasks.spawn(health::serve(listener, state, phases.stopped.clone()));
     }
+    tasks.spawn(health::watch_writes(store, phases.stopped.clone()));
     let notifier = Notifier::from_env();
     tasks.spawn(watchdog::supervise(notifier, probe, notify::watchdog_from_env(), phases.clone()));
     tasks.spawn(reload::on_sighup(

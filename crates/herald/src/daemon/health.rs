@@ -1,5 +1,6 @@
-//! `gateway.health_listen`: `GET /healthz` (each platform's connection and the store, 200
-//! only when all is well) and `GET /metrics` (Prometheus text).
+//! `gateway.health_listen`: `GET /healthz` (each platform's connection, the store's reads and
+//! writes, the replies waiting to be delivered; 200 only when all is well) and `GET /metrics`
+//! (Prometheus text).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -11,7 +12,9 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Json};
 use axum::routing::get;
 use herald_core::Platform;
-use herald_gateway::{Metrics, PROMETHEUS_TEXT, PlatformState, PlatformStates, StoreFigures};
+use herald_gateway::{
+    Backlog, Metrics, PROMETHEUS_TEXT, PlatformState, PlatformStates, StoreFigures,
+};
 use herald_store::Store;
 use serde_json::{Map, Value, json};
 use tokio::net::TcpListener;
@@ -20,6 +23,10 @@ use tracing::{info, warn};
 
 /// How long the store may take to answer `/healthz`'s check before it counts as failed.
 const STORE_CHECK: Duration = Duration::from_secs(2);
+/// How long the oldest undelivered reply may wait before the daemon counts as degraded.
+pub const UNDELIVERED_DEGRADED: Duration = Duration::from_secs(60);
+/// How often a store whose writes fail is tried again, so health recovers with it.
+const WRITE_PROBE_EVERY: Duration = Duration::from_secs(2);
 
 /// What the endpoints read: handles on the running gateway and its store.
 #[derive(Debug, Clone)]
@@ -28,8 +35,10 @@ pub struct HealthState {
     pub states: PlatformStates,
     /// The gateway's counters.
     pub metrics: Metrics,
-    /// The store, pinged by `/healthz` and read for its write retries.
+    /// The store, pinged by `/healthz` and read for its writes' health.
     pub store: Store,
+    /// The replies waiting for their platform.
+    pub backlog: Backlog,
     /// Cancelled once the daemon begins to stop: a load balancer should look elsewhere.
     pub stopping: CancellationToken,
 }
@@ -60,10 +69,42 @@ pub fn router(state: HealthState) -> Router {
     Router::new().route("/healthz", get(healthz)).route("/metrics", get(metrics)).with_state(state)
 }
 
+/// While the store's writes fail, tries the write lock every few seconds: writes may have
+/// stopped coming (nothing to answer), and health must see the store come back all the same.
+pub async fn watch_writes(store: Store, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(WRITE_PROBE_EVERY) => {}
+        }
+        if store.write_failing().is_some() {
+            tokio::select! {
+                () = stop.cancelled() => return,
+                probed = store.probe_write() => if probed.is_ok() {
+                    info!("the store takes writes again");
+                },
+            }
+        }
+    }
+}
+
 async fn healthz(State(state): State<HealthState>) -> (StatusCode, Json<Value>) {
-    let store_ok =
-        matches!(tokio::time::timeout(STORE_CHECK, state.store.ping()).await, Ok(Ok(())));
-    let (mut code, mut body) = report(&state.states.snapshot(), store_ok);
+    let reads = matches!(tokio::time::timeout(STORE_CHECK, state.store.ping()).await, Ok(Ok(())));
+    let store = match state.store.write_failing() {
+        Some(failing) => StoreCheck {
+            ok: false,
+            error: Some(failing.error),
+            failing_for: Some(failing.since.elapsed()),
+        },
+        None if !reads => StoreCheck {
+            ok: false,
+            error: Some("the database does not answer".into()),
+            failing_for: None,
+        },
+        None => StoreCheck { ok: true, error: None, failing_for: None },
+    };
+    let backlog = (state.backlog.pending(), state.backlog.oldest());
+    let (mut code, mut body) = report(&state.states.snapshot(), &store, backlog);
     if state.stopping.is_cancelled() {
         code = StatusCode::SERVICE_UNAVAILABLE;
         body["status"] = json!("stopping");
@@ -74,22 +115,31 @@ async fn healthz(State(state): State<HealthState>) -> (StatusCode, Json<Value>) 
 async fn metrics(State(state): State<HealthState>) -> impl IntoResponse {
     let store = StoreFigures {
         write_retries: state.store.busy_retries(),
-        write_failures: store_write_failures_placeholder(&state.store),
+        write_failures: state.store.write_failures(),
     };
     let text = state.metrics.render_prometheus(store);
     ([(header::CONTENT_TYPE, PROMETHEUS_TEXT)], text)
 }
 
-/// PLACEHOLDER for the lead: replace with `store.write_failures()` once herald-store has it.
-/// Until then no failure is counted, so `herald_store_write_failures_total` stays 0.
-fn store_write_failures_placeholder(_store: &Store) -> u64 {
-    0
+/// What `/healthz` found of the store.
+#[derive(Debug, Clone, Default)]
+pub struct StoreCheck {
+    /// Reads answer and writes go through.
+    pub ok: bool,
+    /// What fails, in one line.
+    pub error: Option<String>,
+    /// How long writes have been failing.
+    pub failing_for: Option<Duration>,
 }
 
-/// The `/healthz` answer: `ok` (200) when every platform is connected and the store answers;
-/// otherwise 503, `failed` when no platform can come back or the store is gone, else
-/// `degraded`.
-pub fn report(platforms: &[(Platform, PlatformState)], store_ok: bool) -> (StatusCode, Value) {
+/// The `/healthz` answer: `ok` (200) when every platform is connected, the store reads and
+/// writes, and no reply has waited past [`UNDELIVERED_DEGRADED`]; otherwise 503, `failed`
+/// when no platform can come back or the store fails, else `degraded`.
+pub fn report(
+    platforms: &[(Platform, PlatformState)],
+    store: &StoreCheck,
+    (pending, oldest): (u64, Option<Duration>),
+) -> (StatusCode, Value) {
     let mut each = Map::new();
     for (platform, state) in platforms {
         let entry = match state {
@@ -103,15 +153,24 @@ pub fn report(platforms: &[(Platform, PlatformState)], store_ok: bool) -> (Statu
     let connected =
         |(_, s): &(Platform, PlatformState)| matches!(s, PlatformState::Connected { .. });
     let failed = |(_, s): &(Platform, PlatformState)| matches!(s, PlatformState::Failed { .. });
-    let status = if !store_ok || platforms.is_empty() || platforms.iter().all(failed) {
+    let late = oldest.is_some_and(|age| age >= UNDELIVERED_DEGRADED);
+    let status = if !store.ok || platforms.is_empty() || platforms.iter().all(failed) {
         "failed"
-    } else if platforms.iter().all(connected) {
+    } else if platforms.iter().all(connected) && !late {
         "ok"
     } else {
         "degraded"
     };
     let code = if status == "ok" { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-    (code, json!({ "status": status, "platforms": each, "store": { "ok": store_ok } }))
+    let mut store_json = json!({ "ok": store.ok });
+    if let Some(error) = &store.error {
+        store_json["error"] = json!(error);
+    }
+    if let Some(failing) = store.failing_for {
+        store_json["failing_s"] = json!(failing.as_secs());
+    }
+    let outbox = json!({ "pending": pending, "oldest_s": oldest.map_or(0, |age| age.as_secs()) });
+    (code, json!({ "status": status, "platforms": each, "store": store_json, "outbox": outbox }))
 }
 
 #[cfg(test)]
@@ -125,7 +184,8 @@ mod tests {
             .zip([Platform::Telegram, Platform::Slack])
             .map(|(s, p)| (p, s))
             .collect();
-        let (got, body) = report(&platforms, store_ok);
+        let store = StoreCheck { ok: store_ok, ..StoreCheck::default() };
+        let (got, body) = report(&platforms, &store, (0, None));
         assert_eq!((got, body["status"].as_str()), (code, Some(status)), "{platforms:?}: {body}");
         assert_eq!(body["store"]["ok"], store_ok);
     }
@@ -150,10 +210,33 @@ mod tests {
     fn each_platform_reports_its_state_and_error() {
         let platforms =
             [(Platform::Telegram, PlatformState::Retrying { error: "timed out".into() })];
-        let (_, body) = report(&platforms, true);
+        let store = StoreCheck { ok: true, ..StoreCheck::default() };
+        let (_, body) = report(&platforms, &store, (0, None));
         assert_eq!(
             body["platforms"]["telegram"],
             json!({ "state": "retrying", "error": "timed out" })
         );
+    }
+
+    #[test]
+    fn failing_writes_fail_and_a_late_reply_degrades() {
+        let platforms = [(Platform::Telegram, PlatformState::Connected { bot: "b".into() })];
+        let failing = StoreCheck {
+            ok: false,
+            error: Some("the database stayed locked".into()),
+            failing_for: Some(Duration::from_secs(41)),
+        };
+        let (code, body) = report(&platforms, &failing, (0, None));
+        assert_eq!(code, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(
+            body["store"],
+            json!({ "ok": false, "error": "the database stayed locked", "failing_s": 41 })
+        );
+        let ok = StoreCheck { ok: true, ..StoreCheck::default() };
+        let waiting = (3, Some(UNDELIVERED_DEGRADED - Duration::from_secs(1)));
+        assert_eq!(report(&platforms, &ok, waiting).0, StatusCode::OK);
+        let (code, body) = report(&platforms, &ok, (3, Some(UNDELIVERED_DEGRADED)));
+        assert_eq!((code, &body["status"]), (StatusCode::SERVICE_UNAVAILABLE, &json!("degraded")));
+        assert_eq!(body["outbox"], json!({ "pending": 3, "oldest_s": 60 }));
     }
 }

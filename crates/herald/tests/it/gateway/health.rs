@@ -128,3 +128,64 @@ async fn a_draining_daemon_reports_stopping() {
     assert_eq!(d.stop().await, 0, "{}", d.logs());
     assert_eq!(d.telegram.sent_to(1001).len(), 1, "the turn finished during the drain");
 }
+
+/// An outside `sqlite3` shell holding the database's write lock until dropped.
+struct HeldLock(std::process::Child);
+
+impl HeldLock {
+    fn take(db: &std::path::Path) -> HeldLock {
+        use std::io::{BufRead, Write};
+        let mut shell = std::process::Command::new("sqlite3")
+            .arg(db)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("the sqlite3 command line shell is installed");
+        let input = shell.stdin.as_mut().unwrap();
+        writeln!(input, "BEGIN IMMEDIATE;\n.print locked").unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(shell.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "locked");
+        HeldLock(shell)
+    }
+}
+
+impl Drop for HeldLock {
+    fn drop(&mut self) {
+        use std::io::Write;
+        let _ = writeln!(self.0.stdin.as_mut().unwrap(), "ROLLBACK;\n.quit");
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn healthz_fails_while_writes_fail_and_recovers_with_the_store() {
+    let port = free_port();
+    let mut d = Daemon::start(&format!("health_listen = \"127.0.0.1:{port}\"")).await;
+    assert_eq!(d.stop().await, 0, "{}", d.logs());
+    let config = std::fs::read_to_string(&d.world.config).unwrap();
+    let config = config.replacen("[store]\n", "[store]\nwrite_patience_ms = 1500\n", 1);
+    std::fs::write(&d.world.config, config).unwrap();
+    d.spawn().await;
+    let base = format!("http://127.0.0.1:{port}");
+    healthz_until(&d, &base, "ok", |code, _| code == 200).await;
+
+    let lock = HeldLock::take(&d.world.db);
+    d.telegram.dm(1001, "while locked");
+    let body = healthz_until(&d, &base, "the store failing", |code, body| {
+        code == 503 && body["store"]["ok"] == false
+    })
+    .await;
+    assert_eq!(body["status"], "failed", "{body}");
+    assert!(body["store"]["error"].as_str().unwrap().contains("locked"), "{body}");
+    assert_eq!(body["platforms"]["telegram"]["state"], "connected", "{body}");
+
+    drop(lock);
+    let body = healthz_until(&d, &base, "ok again", |code, _| code == 200).await;
+    assert_eq!(body["store"], serde_json::json!({ "ok": true }), "{body}");
+    // The message that could not be stored was not acknowledged: nothing is lost.
+    assert_eq!(d.stop().await, 0, "{}", d.logs());
+    d.spawn().await;
+    assert_eq!(d.replies(1001, 1).await[0].text, "echo: while locked");
+    assert_eq!(d.stop().await, 0, "{}", d.logs());
+}

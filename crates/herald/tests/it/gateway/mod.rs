@@ -3,6 +3,7 @@
 
 mod auth;
 mod conversation;
+mod delivery;
 mod health;
 mod notify;
 mod reload;

@@ -1,0 +1,243 @@
+//! Replies on their way out. Each session's replies leave in the order they were stored, one
+//! at a time, across restarts too; a reply the platform could not take is tried again while
+//! the daemon runs, with capped backoff, until the platform takes or refuses it; and it leaves
+//! the store's outbox the moment it did, so a crash resends at most what was in flight.
+//!
+//! Replies sent again (after a restart, or after a failed try) go at the platform's pace, a
+//! few at a time: a crash in the middle of that duplicates at most those few, and a platform
+//! that just came back is not flooded.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use herald_core::{ChatRef, Platform, SendError};
+use herald_store::{Store, Undelivered, now_ms};
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{debug, error, info, warn};
+
+use crate::link::Link;
+
+/// Replies sent again that may be in flight at once on one platform.
+pub(crate) const RESENDS_IN_FLIGHT: usize = 3;
+/// The pace of replies sent again on one platform (Telegram takes about 30 a second).
+const RESEND_EVERY: Duration = Duration::from_millis(40);
+/// The first wait after a failed try, doubled up to [`RETRY_CAP`].
+const RETRY_FIRST: Duration = Duration::from_secs(1);
+/// The longest wait between two tries of one reply.
+const RETRY_CAP: Duration = Duration::from_secs(60);
+
+/// A stored reply to deliver.
+#[derive(Debug, Clone)]
+pub(crate) struct Parcel {
+    /// Its session: replies of one session leave in order.
+    pub(crate) session: String,
+    /// Its outbox entry, cleared once the platform took or refused it.
+    pub(crate) outbox: Option<i64>,
+    pub(crate) chat: ChatRef,
+    pub(crate) reply_to: Option<String>,
+    pub(crate) text: String,
+    /// When it was stored (milliseconds since the epoch).
+    pub(crate) stored_at: i64,
+    /// Sent again (after a restart or a failed try): paced, a few at a time.
+    pub(crate) again: bool,
+}
+
+impl Parcel {
+    /// A reply left in the outbox by an earlier run.
+    pub(crate) fn recovered(reply: Undelivered) -> Parcel {
+        Parcel {
+            session: reply.session_id,
+            outbox: Some(reply.message_id),
+            chat: reply.delivery.chat,
+            reply_to: reply.delivery.reply_to,
+            text: reply.delivery.text,
+            stored_at: reply.created_at,
+            again: true,
+        }
+    }
+}
+
+/// What waits to be delivered: how many replies, and how long the oldest has waited.
+#[derive(Debug, Clone, Default)]
+pub struct Backlog(Arc<Mutex<HashMap<String, VecDeque<Parcel>>>>);
+
+impl Backlog {
+    /// Replies stored and not yet taken by their platform.
+    pub fn pending(&self) -> u64 {
+        self.lines().values().map(|line| line.len() as u64).sum()
+    }
+
+    /// How long the oldest of them has waited; `None` when nothing waits.
+    pub fn oldest(&self) -> Option<Duration> {
+        let oldest =
+            self.lines().values().filter_map(|line| line.front()).map(|p| p.stored_at).min()?;
+        Some(Duration::from_millis(u64::try_from(now_ms() - oldest).unwrap_or(0)))
+    }
+
+    fn lines(&self) -> std::sync::MutexGuard<'_, HashMap<String, VecDeque<Parcel>>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// One platform's pace for replies sent again.
+#[derive(Debug)]
+struct Pacer {
+    in_flight: Arc<Semaphore>,
+    next: tokio::sync::Mutex<Instant>,
+}
+
+impl Pacer {
+    fn new() -> Pacer {
+        Pacer {
+            in_flight: Arc::new(Semaphore::new(RESENDS_IN_FLIGHT)),
+            next: tokio::sync::Mutex::new(Instant::now()),
+        }
+    }
+
+    /// Waits for a free slot and this platform's next turn.
+    async fn slot(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let permit = self.in_flight.clone().acquire_owned().await.ok()?;
+        let mut next = self.next.lock().await;
+        tokio::time::sleep_until(*next).await;
+        *next = Instant::now() + RESEND_EVERY;
+        Some(permit)
+    }
+}
+
+/// Delivers stored replies: one courier task per session with replies waiting.
+#[derive(Debug, Clone)]
+pub(crate) struct Outbox {
+    backlog: Backlog,
+    store: Store,
+    links: Arc<HashMap<Platform, Link>>,
+    pacers: Arc<HashMap<Platform, Pacer>>,
+    couriers: TaskTracker,
+    /// Cancelled at the end of the drain: couriers stop, what is left stays in the store.
+    stop: CancellationToken,
+}
+
+impl Outbox {
+    pub(crate) fn new(store: Store, links: HashMap<Platform, Link>, backlog: Backlog) -> Outbox {
+        let pacers = links.keys().map(|p| (*p, Pacer::new())).collect();
+        Outbox {
+            backlog,
+            store,
+            links: Arc::new(links),
+            pacers: Arc::new(pacers),
+            couriers: TaskTracker::new(),
+            stop: CancellationToken::new(),
+        }
+    }
+
+    /// Queues a reply behind the session's earlier ones. A reply for a platform that is not
+    /// configured stays in the store for a run that has it.
+    pub(crate) fn post(&self, parcel: Parcel) {
+        if !self.links.contains_key(&parcel.chat.platform) {
+            return;
+        }
+        let session = parcel.session.clone();
+        let mut lines = self.backlog.lines();
+        let line = lines.entry(session.clone()).or_default();
+        line.push_back(parcel);
+        if line.len() == 1 {
+            let outbox = self.clone();
+            self.couriers.spawn(async move { outbox.courier(session).await });
+        }
+    }
+
+    /// Waits up to `limit` for every queued reply to be delivered, then stops the couriers;
+    /// what is left is sent at the next start. Whether everything went.
+    pub(crate) async fn drain(&self, limit: Duration) -> bool {
+        self.couriers.close();
+        let delivered = tokio::time::timeout(limit, self.couriers.wait()).await.is_ok();
+        self.stop.cancel();
+        self.couriers.wait().await;
+        delivered
+    }
+
+    /// Delivers the session's replies in order until none is left, or the drain ends.
+    async fn courier(self, session: String) {
+        loop {
+            let parcel = {
+                let lines = self.backlog.lines();
+                match lines.get(&session).and_then(VecDeque::front) {
+                    Some(parcel) => parcel.clone(),
+                    None => return,
+                }
+            };
+            if !self.deliver(parcel).await {
+                return;
+            }
+            let mut lines = self.backlog.lines();
+            if let Some(line) = lines.get_mut(&session) {
+                line.pop_front();
+                if line.is_empty() {
+                    lines.remove(&session);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Tries one reply until the platform takes or refuses it; false when the drain ended
+    /// first (the reply stays in the store).
+    async fn deliver(&self, mut parcel: Parcel) -> bool {
+        let Some(link) = self.links.get(&parcel.chat.platform) else { return false };
+        let mut wait = RETRY_FIRST;
+        let mut tries = 0u32;
+        loop {
+            let _slot = if parcel.again {
+                let Some(pacer) = self.pacers.get(&parcel.chat.platform) else { return false };
+                tokio::select! {
+                    slot = pacer.slot() => slot,
+                    () = self.stop.cancelled() => return false,
+                }
+            } else {
+                None
+            };
+            debug!(chat = %parcel.chat.id, reply = %parcel.text, "sending reply");
+            let sent = link.send(&parcel.chat, parcel.text.clone(), parcel.reply_to.clone()).await;
+            tries += 1;
+            match sent {
+                Ok(_) => {
+                    if tries > 1 {
+                        info!(platform = %parcel.chat.platform, chat = %parcel.chat.id, tries, "a reply that had failed was delivered");
+                    }
+                    self.settled(&parcel).await;
+                    return true;
+                }
+                Err(e @ SendError::Rejected(_)) => {
+                    error!(platform = %parcel.chat.platform, chat = %parcel.chat.id, error = %e, "the platform refused a reply (it is stored in the session)");
+                    self.settled(&parcel).await;
+                    return true;
+                }
+                Err(e) => {
+                    warn!(
+                        platform = %parcel.chat.platform, chat = %parcel.chat.id, error = %e,
+                        retry_in_s = wait.as_secs(),
+                        "a reply could not be delivered yet; it is stored and tried again"
+                    );
+                    parcel.again = true;
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(wait) => {}
+                () = self.stop.cancelled() => return false,
+            }
+            wait = (wait * 2).min(RETRY_CAP);
+        }
+    }
+
+    /// Takes a reply out of the store's outbox once its platform took or refused it.
+    async fn settled(&self, parcel: &Parcel) {
+        if let Some(id) = parcel.outbox
+            && let Err(e) = self.store.delivered(id).await
+        {
+            warn!(error = %e, "could not clear a delivered reply from the outbox; it may be sent again after a restart");
+        }
+    }
+}
