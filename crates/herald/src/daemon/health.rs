@@ -117,6 +117,8 @@ async fn metrics(State(state): State<HealthState>) -> impl IntoResponse {
         write_retries: state.store.busy_retries(),
         write_failures: state.store.write_failures(),
     };
+    // Read at scrape time, like the store's figures, so the gauges are never stale.
+    state.metrics.set_outbox(state.backlog.pending(), state.backlog.oldest());
     let text = state.metrics.render_prometheus(store);
     ([(header::CONTENT_TYPE, PROMETHEUS_TEXT)], text)
 }
