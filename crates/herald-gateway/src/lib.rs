@@ -30,6 +30,6 @@ pub use commands::{Command, HELP};
 pub use gateway::Gateway;
 pub use link::{PlatformState, PlatformStates};
 pub use liveness::{Heartbeat, Started};
-pub use metrics::{Metrics, RUN_BUCKETS};
+pub use metrics::{Metrics, PROMETHEUS_TEXT, RUN_BUCKETS, StoreFigures};
 pub use outbox::Backlog;
 pub use settings::{Access, BusyInput, DmPolicy, GatewaySettings, Reloadable};

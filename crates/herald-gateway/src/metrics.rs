@@ -1,43 +1,68 @@
-//! The gateway's counters and gauges, kept in atomics and rendered as Prometheus text.
+//! The gateway's counters and gauges, kept in `prometheus-client` metrics and rendered as
+//! Prometheus text.
 
-use std::fmt::Write;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
 use herald_core::Platform;
+use prometheus_client::encoding::prometheus_text;
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
 
 /// The upper bounds of the agent run latency buckets, in seconds.
 pub const RUN_BUCKETS: [f64; 10] = [0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
+
+/// The content type of what [`Metrics::render_prometheus`] returns.
+pub const PROMETHEUS_TEXT: &str = prometheus_text::CONTENT_TYPE;
 
 /// What the gateway counts, for `/metrics` and the service status line. Cheap to clone:
 /// every clone counts into the same values.
 #[derive(Debug, Clone, Default)]
 pub struct Metrics(Arc<Inner>);
 
-#[derive(Debug, Default)]
+/// The store's own counts, read by the caller at scrape time.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StoreFigures {
+    /// Write transactions retried because another writer held the database.
+    pub write_retries: u64,
+    /// Writes that failed after their patience ran out.
+    pub write_failures: u64,
+}
+
+/// The `platform` label of the per-platform counters.
+type PlatformLabel = [(&'static str, &'static str); 1];
+
+#[derive(Debug)]
 struct Inner {
-    platforms: [PlatformCounters; Platform::ALL.len()],
-    runs: Histogram,
-    run_failures: AtomicU64,
-    active_sessions: AtomicU64,
-    running_turns: AtomicU64,
+    received: Family<PlatformLabel, Counter>,
+    sent: Family<PlatformLabel, Counter>,
+    runs: Counter,
+    run_seconds: Histogram,
+    run_failures: Counter,
+    active_sessions: Gauge,
+    running_turns: Gauge,
+    outbox_pending: Gauge,
+    outbox_oldest_seconds: Gauge<f64, AtomicU64>,
 }
 
-#[derive(Debug, Default)]
-struct PlatformCounters {
-    /// Whether the platform was started: only those are rendered.
-    present: AtomicBool,
-    received: AtomicU64,
-    sent: AtomicU64,
-}
-
-/// Run latencies: one count per bucket (not cumulative), the last past every bound, so the
-/// total count is always the buckets' sum even while runs are being recorded.
-#[derive(Debug, Default)]
-struct Histogram {
-    buckets: [AtomicU64; RUN_BUCKETS.len() + 1],
-    sum_micros: AtomicU64,
+impl Default for Inner {
+    fn default() -> Inner {
+        Inner {
+            received: Family::default(),
+            sent: Family::default(),
+            runs: Counter::default(),
+            run_seconds: Histogram::new(RUN_BUCKETS),
+            run_failures: Counter::default(),
+            active_sessions: Gauge::default(),
+            running_turns: Gauge::default(),
+            outbox_pending: Gauge::default(),
+            outbox_oldest_seconds: Gauge::default(),
+        }
+    }
 }
 
 /// Marks an agent run as running until it is dropped.
@@ -46,171 +71,145 @@ pub(crate) struct RunningTurn(Metrics);
 
 impl Drop for RunningTurn {
     fn drop(&mut self) {
-        self.0.0.running_turns.fetch_sub(1, Ordering::Relaxed);
+        self.0.0.running_turns.dec();
     }
 }
 
 impl Metrics {
     /// A platform the gateway started; it is rendered from now on, at zero at first.
     pub(crate) fn add_platform(&self, platform: Platform) {
-        self.platform(platform).present.store(true, Ordering::Relaxed);
+        // A family renders only the series created in it.
+        let _ = self.0.received.get_or_create(&label(platform));
+        let _ = self.0.sent.get_or_create(&label(platform));
     }
 
     /// A message from the platform reached the router.
     pub(crate) fn received(&self, platform: Platform) {
-        self.platform(platform).received.fetch_add(1, Ordering::Relaxed);
+        self.0.received.get_or_create(&label(platform)).inc();
     }
 
     /// A message was handed to the platform.
     pub(crate) fn sent(&self, platform: Platform) {
-        self.platform(platform).sent.fetch_add(1, Ordering::Relaxed);
+        self.0.sent.get_or_create(&label(platform)).inc();
     }
 
     /// An agent run ended with an answer (or, with `failed`, a model or store failure).
     pub(crate) fn run_ended(&self, took: Duration, failed: bool) {
-        let seconds = took.as_secs_f64();
-        let bucket = RUN_BUCKETS.iter().position(|le| seconds <= *le).unwrap_or(RUN_BUCKETS.len());
-        let runs = &self.0.runs;
-        runs.buckets[bucket].fetch_add(1, Ordering::Relaxed);
-        let micros = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
-        runs.sum_micros.fetch_add(micros, Ordering::Relaxed);
+        self.0.runs.inc();
+        self.0.run_seconds.observe(took.as_secs_f64());
         if failed {
-            self.0.run_failures.fetch_add(1, Ordering::Relaxed);
+            self.0.run_failures.inc();
         }
     }
 
     /// An agent run holds a run permit until the returned guard is dropped.
     pub(crate) fn turn_running(&self) -> RunningTurn {
-        self.0.running_turns.fetch_add(1, Ordering::Relaxed);
+        self.0.running_turns.inc();
         RunningTurn(self.clone())
     }
 
     /// How many session workers the router keeps now.
     pub(crate) fn set_active_sessions(&self, n: usize) {
-        let n = u64::try_from(n).unwrap_or(u64::MAX);
-        self.0.active_sessions.store(n, Ordering::Relaxed);
+        self.0.active_sessions.set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// Replies stored but not yet taken by their platform, and how long the oldest has waited.
+    pub fn set_outbox(&self, pending: u64, oldest: Option<Duration>) {
+        self.0.outbox_pending.set(i64::try_from(pending).unwrap_or(i64::MAX));
+        self.0.outbox_oldest_seconds.set(oldest.unwrap_or_default().as_secs_f64());
     }
 
     /// Messages received from `platform` so far.
     pub fn messages_received(&self, platform: Platform) -> u64 {
-        self.platform(platform).received.load(Ordering::Relaxed)
+        self.0.received.get(&label(platform)).map_or(0, |c| c.get())
     }
 
     /// Messages handed to `platform` so far.
     pub fn messages_sent(&self, platform: Platform) -> u64 {
-        self.platform(platform).sent.load(Ordering::Relaxed)
+        self.0.sent.get(&label(platform)).map_or(0, |c| c.get())
     }
 
     /// Sessions with a live worker now.
     pub fn active_sessions(&self) -> u64 {
-        self.0.active_sessions.load(Ordering::Relaxed)
+        u64::try_from(self.0.active_sessions.get()).unwrap_or(0)
     }
 
     /// Agent runs holding a run permit now.
     pub fn running_turns(&self) -> u64 {
-        self.0.running_turns.load(Ordering::Relaxed)
+        u64::try_from(self.0.running_turns.get()).unwrap_or(0)
     }
 
-    /// Everything in the Prometheus text exposition format (version 0.0.4), with the store's
-    /// write retries (`Store::busy_retries`) read by the caller.
-    pub fn render_prometheus(&self, store_write_retries: u64) -> String {
-        let mut out = String::with_capacity(2048);
-        let present: Vec<(Platform, &PlatformCounters)> = Platform::ALL
-            .into_iter()
-            .map(|p| (p, self.platform(p)))
-            .filter(|(_, c)| c.present.load(Ordering::Relaxed))
-            .collect();
-
-        family(
-            &mut out,
-            "herald_messages_received_total",
-            "counter",
-            "Messages the platforms delivered to the gateway.",
-        );
-        for (platform, counters) in &present {
-            let n = counters.received.load(Ordering::Relaxed);
-            let _ = writeln!(out, "herald_messages_received_total{{platform=\"{platform}\"}} {n}");
-        }
-        family(
-            &mut out,
-            "herald_messages_sent_total",
-            "counter",
-            "Messages handed to the platforms: replies they accepted, notices queued for them.",
-        );
-        for (platform, counters) in &present {
-            let n = counters.sent.load(Ordering::Relaxed);
-            let _ = writeln!(out, "herald_messages_sent_total{{platform=\"{platform}\"}} {n}");
-        }
-
-        let runs = &self.0.runs;
-        let counts: Vec<u64> = runs.buckets.iter().map(|b| b.load(Ordering::Relaxed)).collect();
-        let total: u64 = counts.iter().sum();
-        family(
-            &mut out,
-            "herald_agent_runs_total",
-            "counter",
-            "Agent runs that ended with an answer or a failure (stopped runs are not counted).",
-        );
-        let _ = writeln!(out, "herald_agent_runs_total {total}");
-        family(
-            &mut out,
-            "herald_agent_run_seconds",
-            "histogram",
-            "How long agent runs took: model calls, tools and storing the turn.",
-        );
-        let mut cumulative = 0;
-        for (le, count) in RUN_BUCKETS.iter().zip(&counts) {
-            cumulative += count;
-            let _ = writeln!(out, "herald_agent_run_seconds_bucket{{le=\"{le}\"}} {cumulative}");
-        }
-        let _ = writeln!(out, "herald_agent_run_seconds_bucket{{le=\"+Inf\"}} {total}");
-        let sum = runs.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
-        let _ = writeln!(out, "herald_agent_run_seconds_sum {sum}");
-        let _ = writeln!(out, "herald_agent_run_seconds_count {total}");
-
-        let gauges = [
-            (
-                "herald_model_errors_total",
-                "counter",
-                "Agent runs that failed (the model or the store); the user was told.",
-                self.0.run_failures.load(Ordering::Relaxed),
-            ),
-            (
-                "herald_store_write_retries_total",
-                "counter",
-                "Store write transactions retried because another writer held the database.",
-                store_write_retries,
-            ),
-            (
-                "herald_active_sessions",
-                "gauge",
-                "Sessions with a live worker.",
-                self.active_sessions(),
-            ),
-            ("herald_running_turns", "gauge", "Agent runs in progress.", self.running_turns()),
-        ];
-        for (name, kind, help, value) in gauges {
-            family(&mut out, name, kind, help);
-            let _ = writeln!(out, "{name} {value}");
-        }
+    /// Everything in the Prometheus text exposition format ([`PROMETHEUS_TEXT`]), with the
+    /// store's figures read by the caller.
+    pub fn render_prometheus(&self, store: StoreFigures) -> String {
+        let mut out = String::with_capacity(4096);
+        // Writing into a String cannot fail.
+        let _ = prometheus_text::encode(&mut out, &self.registry(store));
         out
     }
 
-    fn platform(&self, platform: Platform) -> &PlatformCounters {
-        let index = match platform {
-            Platform::Cli => 0,
-            Platform::Telegram => 1,
-            Platform::Discord => 2,
-            Platform::Slack => 3,
-        };
-        &self.0.platforms[index]
+    /// A registry of this moment: the live metrics plus the counts read at scrape time.
+    /// `prometheus-client` adds the `_total` suffix to counters itself.
+    fn registry(&self, store: StoreFigures) -> Registry {
+        let m = &self.0;
+        let mut r = Registry::default();
+        r.register(
+            "herald_messages_received",
+            "Messages the platforms delivered to the gateway",
+            m.received.clone(),
+        );
+        r.register(
+            "herald_messages_sent",
+            "Messages handed to the platforms: replies they accepted, notices queued for them",
+            m.sent.clone(),
+        );
+        r.register(
+            "herald_agent_runs",
+            "Agent runs that ended with an answer or a failure (stopped runs are not counted)",
+            m.runs.clone(),
+        );
+        r.register(
+            "herald_agent_run_seconds",
+            "How long agent runs took: model calls, tools and storing the turn",
+            m.run_seconds.clone(),
+        );
+        r.register(
+            "herald_model_errors",
+            "Agent runs that failed (the model or the store); the user was told",
+            m.run_failures.clone(),
+        );
+        r.register(
+            "herald_store_write_retries",
+            "Store write transactions retried because another writer held the database",
+            ConstCounter::new(store.write_retries),
+        );
+        r.register(
+            "herald_store_write_failures",
+            "Store writes that failed after their patience ran out",
+            ConstCounter::new(store.write_failures),
+        );
+        r.register(
+            "herald_active_sessions",
+            "Sessions with a live worker",
+            m.active_sessions.clone(),
+        );
+        r.register("herald_running_turns", "Agent runs in progress", m.running_turns.clone());
+        r.register(
+            "herald_outbox_pending",
+            "Replies stored but not yet taken by their platform",
+            m.outbox_pending.clone(),
+        );
+        r.register(
+            "herald_outbox_oldest_seconds",
+            "How long the oldest reply not yet taken by its platform has waited (0 when none)",
+            m.outbox_oldest_seconds.clone(),
+        );
+        r
     }
 }
 
-/// The `# HELP` and `# TYPE` lines that open a metric family.
-fn family(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
+fn label(platform: Platform) -> PlatformLabel {
+    [("platform", platform.as_str())]
 }
 
 #[cfg(test)]
@@ -224,8 +223,8 @@ mod tests {
             .map(str::to_owned)
     }
 
-    fn check(metrics: &Metrics, retries: u64, expected: &[(&str, &str)]) {
-        let text = metrics.render_prometheus(retries);
+    fn check(metrics: &Metrics, store: StoreFigures, expected: &[(&str, &str)]) {
+        let text = metrics.render_prometheus(store);
         for (series, value) in expected {
             assert_eq!(sample(&text, series).as_deref(), Some(*value), "{series} in\n{text}");
         }
@@ -237,21 +236,24 @@ mod tests {
         metrics.add_platform(Platform::Telegram);
         check(
             &metrics,
-            0,
+            StoreFigures::default(),
             &[
                 ("herald_messages_received_total{platform=\"telegram\"}", "0"),
                 ("herald_messages_sent_total{platform=\"telegram\"}", "0"),
                 ("herald_agent_runs_total", "0"),
                 ("herald_agent_run_seconds_bucket{le=\"+Inf\"}", "0"),
-                ("herald_agent_run_seconds_sum", "0"),
+                ("herald_agent_run_seconds_sum", "0.0"),
                 ("herald_agent_run_seconds_count", "0"),
                 ("herald_model_errors_total", "0"),
                 ("herald_store_write_retries_total", "0"),
+                ("herald_store_write_failures_total", "0"),
                 ("herald_active_sessions", "0"),
                 ("herald_running_turns", "0"),
+                ("herald_outbox_pending", "0"),
+                ("herald_outbox_oldest_seconds", "0.0"),
             ],
         );
-        let text = metrics.render_prometheus(0);
+        let text = metrics.render_prometheus(StoreFigures::default());
         assert!(!text.contains("discord") && !text.contains("slack"), "{text}");
     }
 
@@ -267,23 +269,44 @@ mod tests {
         metrics.sent(Platform::Slack);
         metrics.set_active_sessions(2);
         let running = metrics.turn_running();
+        let store = StoreFigures { write_retries: 7, write_failures: 2 };
         check(
             &metrics,
-            7,
+            store,
             &[
                 ("herald_messages_received_total{platform=\"telegram\"}", "3"),
                 ("herald_messages_received_total{platform=\"slack\"}", "0"),
                 ("herald_messages_sent_total{platform=\"telegram\"}", "1"),
                 ("herald_messages_sent_total{platform=\"slack\"}", "1"),
                 ("herald_store_write_retries_total", "7"),
+                ("herald_store_write_failures_total", "2"),
                 ("herald_active_sessions", "2"),
                 ("herald_running_turns", "1"),
             ],
         );
         drop(running);
-        check(&metrics, 7, &[("herald_running_turns", "0")]);
+        check(&metrics, store, &[("herald_running_turns", "0")]);
         assert_eq!(metrics.messages_received(Platform::Telegram), 3);
         assert_eq!(metrics.messages_sent(Platform::Slack), 1);
+        assert_eq!(metrics.messages_sent(Platform::Discord), 0);
+    }
+
+    #[test]
+    fn the_outbox_reports_its_backlog_and_the_oldest_wait() {
+        let metrics = Metrics::default();
+        metrics.set_outbox(4, Some(Duration::from_millis(2500)));
+        let empty = StoreFigures::default();
+        check(
+            &metrics,
+            empty,
+            &[("herald_outbox_pending", "4"), ("herald_outbox_oldest_seconds", "2.5")],
+        );
+        metrics.set_outbox(0, None);
+        check(
+            &metrics,
+            empty,
+            &[("herald_outbox_pending", "0"), ("herald_outbox_oldest_seconds", "0.0")],
+        );
     }
 
     #[test]
@@ -295,7 +318,7 @@ mod tests {
         metrics.run_ended(Duration::from_secs(90), false);
         check(
             &metrics,
-            0,
+            StoreFigures::default(),
             &[
                 ("herald_agent_runs_total", "4"),
                 ("herald_agent_run_seconds_bucket{le=\"0.05\"}", "1"),
@@ -305,25 +328,33 @@ mod tests {
                 ("herald_agent_run_seconds_bucket{le=\"5\"}", "3"),
                 ("herald_agent_run_seconds_bucket{le=\"60\"}", "3"),
                 ("herald_agent_run_seconds_bucket{le=\"+Inf\"}", "4"),
-                ("herald_agent_run_seconds_sum", "93.13"),
                 ("herald_agent_run_seconds_count", "4"),
                 ("herald_model_errors_total", "1"),
             ],
         );
+        let text = metrics.render_prometheus(StoreFigures::default());
+        let sum = sample(&text, "herald_agent_run_seconds_sum").expect("a sum");
+        let sum: f64 = sum.parse().expect("a number");
+        assert!((sum - 93.13).abs() < 1e-9, "{sum}");
     }
 
     #[test]
     fn every_family_has_help_and_type_before_its_samples() {
         let metrics = Metrics::default();
         metrics.add_platform(Platform::Telegram);
-        let text = metrics.render_prometheus(0);
+        let text = metrics.render_prometheus(StoreFigures::default());
         let mut declared = Vec::new();
         for line in text.lines() {
             if let Some(rest) = line.strip_prefix("# TYPE ") {
                 let (name, kind) = rest.split_once(' ').expect("a TYPE line names a kind");
                 assert!(["counter", "gauge", "histogram"].contains(&kind), "{line}");
+                if kind == "counter" {
+                    assert!(name.ends_with("_total"), "{line}");
+                }
                 declared.push(name.to_owned());
-            } else if !line.starts_with("# HELP ") {
+            } else if let Some(rest) = line.strip_prefix("# HELP ") {
+                assert!(!rest.ends_with(".."), "{line}");
+            } else {
                 let series = line.split([' ', '{']).next().unwrap_or_default();
                 let family = declared.last().expect("a sample after a TYPE line");
                 assert!(series.starts_with(family.as_str()), "{series} outside {family}");
@@ -331,7 +362,7 @@ mod tests {
                 assert!(value.parse::<f64>().is_ok(), "{line}");
             }
         }
-        assert_eq!(declared.len(), 8, "{text}");
+        assert_eq!(declared.len(), 11, "{text}");
         assert!(text.ends_with('\n'));
     }
 }

@@ -12,15 +12,15 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Json};
 use axum::routing::get;
 use herald_core::Platform;
-use herald_gateway::{Backlog, Metrics, PlatformState, PlatformStates};
+use herald_gateway::{
+    Backlog, Metrics, PROMETHEUS_TEXT, PlatformState, PlatformStates, StoreFigures,
+};
 use herald_store::Store;
 use serde_json::{Map, Value, json};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-/// The content type of the Prometheus text exposition format.
-pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// How long the store may take to answer `/healthz`'s check before it counts as failed.
 const STORE_CHECK: Duration = Duration::from_secs(2);
 /// How long the oldest undelivered reply may wait before the daemon counts as degraded.
@@ -113,7 +113,13 @@ async fn healthz(State(state): State<HealthState>) -> (StatusCode, Json<Value>) 
 }
 
 async fn metrics(State(state): State<HealthState>) -> impl IntoResponse {
-    let text = state.metrics.render_prometheus(state.store.busy_retries());
+    let store = StoreFigures {
+        write_retries: state.store.busy_retries(),
+        write_failures: state.store.write_failures(),
+    };
+    // Read at scrape time, like the store's figures, so the gauges are never stale.
+    state.metrics.set_outbox(state.backlog.pending(), state.backlog.oldest());
+    let text = state.metrics.render_prometheus(store);
     ([(header::CONTENT_TYPE, PROMETHEUS_TEXT)], text)
 }
 
