@@ -179,6 +179,9 @@ async fn healthz_fails_while_writes_fail_and_recovers_with_the_store() {
     assert_eq!(body["status"], "failed", "{body}");
     assert!(body["store"]["error"].as_str().unwrap().contains("locked"), "{body}");
     assert_eq!(body["platforms"]["telegram"]["state"], "connected", "{body}");
+    let (_, _, text) = get(&format!("{base}/metrics")).await;
+    assert!(sample(&text, "herald_store_write_failures_total") >= Some(1.0), "{text}");
+    assert_eq!(sample(&text, "herald_outbox_pending"), Some(0.0), "{text}");
 
     drop(lock);
     let body = healthz_until(&d, &base, "ok again", |code, _| code == 200).await;
