@@ -5,6 +5,7 @@ mod auth;
 mod conversation;
 mod health;
 mod notify;
+mod poison;
 mod reload;
 mod restart;
 
