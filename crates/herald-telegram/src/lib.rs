@@ -9,6 +9,7 @@ mod error;
 mod inbound;
 mod markup;
 mod poll;
+mod salvage;
 mod send;
 mod split;
 

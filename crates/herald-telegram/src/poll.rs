@@ -3,7 +3,8 @@
 //! Telegram forgets every update below the offset of a `getUpdates` call, so the offset is the
 //! adapter's only promise: it advances to `id + 1` of the last update in the longest settled
 //! prefix of a batch, and to nothing further. An ack dropped unsettled stops the prefix there,
-//! and that update is fetched again.
+//! and that update is fetched again. An update that cannot be read even after repair (see
+//! [`crate::salvage`]) is logged by id and counts as settled: fetching it again cannot help.
 
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use herald_core::{Ack, AdapterError, AdapterEvent, Platform, backoff};
 use teloxide::Bot;
 use teloxide::payloads::GetUpdatesSetters;
 use teloxide::requests::Requester;
-use teloxide::types::{AllowedUpdate, Update};
+use teloxide::types::{AllowedUpdate, Update, UpdateKind};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -19,6 +20,7 @@ use tracing::{debug, info, warn};
 use crate::TelegramSettings;
 use crate::error::Failure;
 use crate::inbound::{self, BotIdentity};
+use crate::salvage;
 
 /// Where to look when Telegram refuses the token.
 const TOKEN_HINT: &str = "TELEGRAM_BOT_TOKEN (or the variable named by telegram.token_env)";
@@ -81,7 +83,9 @@ impl Poller {
                 _ = self.shutdown.cancelled() => break,
                 result = request => result,
             };
-            let updates = match result {
+            // A batch teloxide cannot read is read again here, so that one bad update is skipped
+            // instead of stalling the offset for everyone.
+            let updates = match result.or_else(salvage::batch) {
                 Ok(updates) => updates,
                 Err(err) => match Failure::classify(&err, &self.token) {
                     Failure::Unauthorized(detail) => return Err(unauthorized(detail)),
@@ -183,6 +187,12 @@ impl Poller {
         let mut waiting: Vec<(i32, Option<oneshot::Receiver<()>>)> = Vec::new();
         for update in &updates {
             let id = i32::try_from(update.id.0).unwrap_or(i32::MAX);
+            if matches!(update.kind, UpdateKind::Error(_)) {
+                // Only the id: the body is the user's and may hold anything.
+                warn!(update = id, "telegram update skipped: it could not be read");
+                waiting.push((id, None));
+                continue;
+            }
             let Some(mut message) = inbound::inbound(update, me) else {
                 debug!(update = id, "update skipped: not a message for the bot");
                 waiting.push((id, None));

@@ -19,6 +19,7 @@ use super::user::UserMessage;
 pub(crate) fn routes() -> Router<Ctx> {
     Router::new()
         .route("/_fake/messages", post(inject))
+        .route("/_fake/raw_messages", post(inject_raw))
         .route("/_fake/redeliver", post(redeliver))
         .route("/_fake/sent", get(sent))
         .route("/_fake/edits", get(edits))
@@ -36,6 +37,14 @@ pub(crate) fn routes() -> Router<Ctx> {
 async fn inject(State(ctx): State<Ctx>, Json(msg): Json<UserMessage>) -> Json<Value> {
     let id = ctx.shared.queue(|state| state.inject(&msg));
     Json(json!({ "update_id": id }))
+}
+
+/// The body is read as text: `Json` would refuse the lone surrogates this route exists for.
+async fn inject_raw(State(ctx): State<Ctx>, message: String) -> Response {
+    match ctx.shared.queue(|state| state.inject_raw(&message)) {
+        Ok(id) => Json(json!({ "update_id": id })).into_response(),
+        Err(error) => (StatusCode::BAD_REQUEST, Json(json!({ "error": error }))).into_response(),
+    }
 }
 
 #[derive(Deserialize)]

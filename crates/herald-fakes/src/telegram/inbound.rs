@@ -4,8 +4,16 @@
 //! creation message (from the user, not the bot), and message ids in a topic go past the topic's
 //! id. A reply to the bot quotes the bot's latest message in that chat and topic, or an earlier
 //! one the fake makes up when the bot has not spoken there yet.
+//!
+//! A raw message is queued as the test wrote it, even when no `UserMessage` could say it: text
+//! that is not valid Unicode (a lone surrogate escape, as Telegram sends for a cut emoji) or a
+//! field of the wrong type. It only has to be one JSON object, so the batch around it stays JSON.
 
+use std::collections::HashMap;
+
+use serde::Deserialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::FakeTelegram;
 use super::state::{State, Stored};
@@ -14,6 +22,12 @@ use super::wire;
 
 /// What the made-up earlier bot message says.
 const EARLIER_ANSWER: &str = "an earlier answer";
+
+/// The id of a raw message's chat; its other fields are skipped unread.
+#[derive(Deserialize)]
+struct ChatId {
+    id: i64,
+}
 
 impl State {
     /// Queues `msg` as an update; its id. Call through [`super::state::Shared::queue`].
@@ -54,13 +68,30 @@ impl State {
         .to_json();
         let stored = Stored { from_bot: false, text, parse_mode: None, json: message.clone() };
         self.messages.insert((msg.chat_id, id), stored);
-        self.queue_message(message)
+        self.queue_message(&message)
+    }
+
+    /// Queues an update whose `message` is `message`, JSON text kept byte for byte (a lone
+    /// surrogate escape, a field of the wrong type); its id, or why the text is not one JSON
+    /// object. Call through [`super::state::Shared::queue`].
+    pub(crate) fn inject_raw(&mut self, message: &str) -> Result<i64, String> {
+        // Values read as raw text, so that lone surrogates (which a `String` cannot hold) pass.
+        let fields: HashMap<String, &RawValue> = serde_json::from_str(message)
+            .map_err(|e| format!("the message is not one JSON object: {e}"))?;
+        let read = |key: &str| fields.get(key).map(|value| value.get());
+        let chat = read("chat").and_then(|v| serde_json::from_str::<ChatId>(v).ok());
+        let id = read("message_id").and_then(|v| serde_json::from_str::<i64>(v).ok());
+        // Later messages of the chat get later ids, as they would from Telegram.
+        if let (Some(chat), Some(id)) = (chat, id) {
+            self.reserve(chat.id, id);
+        }
+        Ok(self.queue_text(message.trim().to_owned()))
     }
 
     /// Queues the message of update `id` again under a new id; `None` if there was no such update.
     pub(crate) fn redeliver(&mut self, id: i64) -> Option<i64> {
-        let message = self.queued_message(id)?;
-        Some(self.queue_message(message))
+        let message = self.queued_message(id)?.to_owned();
+        Some(self.queue_text(message))
     }
 
     /// The bot's latest message in the chat and topic, made up if there is none.
@@ -117,7 +148,7 @@ mod tests {
 
     fn message(state: &mut State, msg: UserMessage) -> Value {
         let id = state.inject(&msg);
-        state.queued_message(id).unwrap()
+        serde_json::from_str(state.queued_message(id).unwrap()).unwrap()
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! confirming), `sendMessage`, `editMessageText`, `sendChatAction`, `setMyCommands` and
 //! `getMyCommands`, with methods matched case-insensitively and parameters read from JSON, form
 //! or query. Another token gets 401 `Unauthorized`, another method 404 `Not Found`. Tests queue
-//! what users say ([`FakeTelegram::inject`]), read what the bot did ([`FakeTelegram::sent`],
+//! what users say ([`FakeTelegram::inject`], or [`FakeTelegram::inject_raw`] for updates no
+//! well-formed message can make), read what the bot did ([`FakeTelegram::sent`],
 //! [`FakeTelegram::requests`]) and inject failures ([`FakeTelegram::push_fault`],
 //! [`FakeTelegram::set_offline`]); a queued fault answers the call before any check of it.
 //!
@@ -14,6 +15,9 @@
 //! - `POST /_fake/messages` with a [`UserMessage`] (`{"user_id": 1, "text": "hi"}` is a DM; add
 //!   `chat_id`, `chat_kind`, `thread_id`, `username`, `first_name`, `mention`, `reply_to_bot`)
 //!   → `{"update_id": N}`; `POST /_fake/redeliver {"update_id": N}` → `{"update_id": M}`
+//! - `POST /_fake/raw_messages` with the JSON text of an update's `message` as the body, kept
+//!   byte for byte (`"text":"hi \ud83d"`, a lone surrogate) → `{"update_id": N}`, or 400 when
+//!   the body is not one JSON object
 //! - `GET /_fake/sent` (`?chat_id=N` for one chat), `/_fake/edits`, `/_fake/chat_actions`,
 //!   `/_fake/requests`, `/_fake/offsets`, `/_fake/pending`
 //! - `POST /_fake/fault {"method": "sendMessage", "fault": {"kind": "too_many_requests",
@@ -117,6 +121,18 @@ impl FakeTelegram {
     /// Queues an update with this message; its `update_id`.
     pub fn inject(&self, msg: UserMessage) -> i64 {
         self.shared().queue(|state| state.inject(&msg))
+    }
+
+    /// Queues an update whose `message` is this JSON text, byte for byte, even when it is not
+    /// valid Unicode (`"text":"hi \ud83d"`) or not a valid message; its `update_id`.
+    ///
+    /// # Panics
+    /// If `message` is not one JSON object, which is a mistake in the test.
+    pub fn inject_raw(&self, message: &str) -> i64 {
+        match self.shared().queue(|state| state.inject_raw(message)) {
+            Ok(id) => id,
+            Err(err) => panic!("cannot queue this raw message: {err}"),
+        }
     }
 
     /// Queues a direct message from `user_id` (in the private chat of the same id).

@@ -84,8 +84,8 @@ pub(crate) struct State {
     next_update: i64,
     /// Unconfirmed updates, by ascending id, each serialized once.
     queue: VecDeque<(i64, String)>,
-    /// The message of every update ever queued, for redelivery.
-    queued: HashMap<i64, Value>,
+    /// The message of every update ever queued, as JSON text, for redelivery.
+    queued: HashMap<i64, String>,
     pub chats: HashMap<i64, Chat>,
     pub messages: HashMap<(i64, i64), Stored>,
     /// The bot's latest message per chat and topic.
@@ -125,17 +125,22 @@ impl Default for State {
 
 impl State {
     /// Queues a `message` update under a new id; call through [`Shared::queue`].
-    pub(crate) fn queue_message(&mut self, message: Value) -> i64 {
+    pub(crate) fn queue_message(&mut self, message: &Value) -> i64 {
+        self.queue_text(message.to_string())
+    }
+
+    /// Queues an update whose `message` is this JSON text, written into the update as it is.
+    pub(crate) fn queue_text(&mut self, message: String) -> i64 {
         let id = self.next_update;
         self.next_update += 1;
-        self.queue.push_back((id, json!({"update_id": id, "message": message}).to_string()));
+        self.queue.push_back((id, format!("{{\"update_id\":{id},\"message\":{message}}}")));
         self.queued.insert(id, message);
         id
     }
 
-    /// The message of update `id`, if it was ever queued.
-    pub(crate) fn queued_message(&self, id: i64) -> Option<Value> {
-        self.queued.get(&id).cloned()
+    /// The message of update `id` as JSON text, if it was ever queued.
+    pub(crate) fn queued_message(&self, id: i64) -> Option<&str> {
+        self.queued.get(&id).map(String::as_str)
     }
 
     /// Forgets the updates `offset` confirms: those below it, or all but the last `-offset`.
@@ -228,7 +233,7 @@ mod tests {
     #[test]
     fn offsets_confirm_what_lies_below_them() {
         let mut state = State::default();
-        let ids: Vec<i64> = (0..4).map(|i| state.queue_message(json!({ "n": i }))).collect();
+        let ids: Vec<i64> = (0..4).map(|i| state.queue_message(&json!({ "n": i }))).collect();
         assert!(ids.windows(2).all(|w| w[1] == w[0] + 1));
         state.confirm(None);
         assert_eq!(state.pending(), 4);
@@ -240,6 +245,6 @@ mod tests {
         assert!(state.batch(100)[0].contains(&ids[3].to_string()));
         state.confirm(Some(ids[3] + 1));
         assert_eq!(state.pending(), 0);
-        assert_eq!(state.queued_message(ids[0]), Some(json!({"n": 0})));
+        assert_eq!(state.queued_message(ids[0]), Some(r#"{"n":0}"#));
     }
 }

@@ -4,5 +4,6 @@
 mod common;
 mod faults;
 mod lifecycle;
+mod poison;
 mod receive;
 mod reply;

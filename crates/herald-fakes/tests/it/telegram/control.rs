@@ -8,7 +8,7 @@ use teloxide::types::MessageEntityKind;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
-use super::{bot, only_message};
+use super::{bot, only_message, poll};
 
 /// Posts `body` to a control endpoint: status and body (JSON, else its text; null when empty).
 async fn control(url: &str, path: &str, body: Value) -> (u16, Value) {
@@ -75,6 +75,36 @@ async fn the_fake_is_driven_and_read_over_http() {
     assert_eq!(control(&url, "redeliver", json!({"update_id": 1})).await.0, 404);
     assert_eq!(control(&url, "reset", json!({})).await.0, 204);
     assert_eq!(read(&url, "sent").await, json!([]));
+}
+
+#[tokio::test]
+async fn a_raw_message_goes_out_byte_for_byte_even_when_teloxide_cannot_read_it() {
+    let fake = FakeTelegram::start().await;
+    let url = fake.api_url();
+    let client = reqwest::Client::new();
+    let message = r#"{"message_id":5,"date":1,"chat":{"id":9,"type":"private","first_name":"Bo"},"from":{"id":9,"is_bot":false,"first_name":"Bo"},"text":"hi \ud83d"}"#;
+    let post = |body: &'static str| client.post(format!("{url}/_fake/raw_messages")).body(body);
+    let response = post(message).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let update = response.json::<Value>().await.unwrap()["update_id"].as_i64().unwrap();
+
+    let get_updates = format!("{url}/bot{}/getUpdates", FakeTelegram::TOKEN);
+    let body = client.post(&get_updates).send().await.unwrap().text().await.unwrap();
+    let batch = format!(r#"{{"ok":true,"result":[{{"update_id":{update},"message":{message}}}]}}"#);
+    assert_eq!(body, batch);
+    let refused = bot(&fake).get_updates().timeout(0).await;
+    assert!(matches!(refused, Err(teloxide::RequestError::InvalidJson { .. })), "{refused:?}");
+
+    fake.dm(9, "after");
+    let updates = poll(&bot(&fake), Some(update + 1)).await;
+    assert_eq!(updates[0].1.id.0, 6, "later messages of the chat get later ids");
+    for bad in ["[1]", "{\"text\":", "hi", ""] {
+        let response = post(bad).send().await.unwrap();
+        assert_eq!(response.status(), 400, "{bad:?}");
+        let error = response.json::<Value>().await.unwrap();
+        assert!(error["error"].as_str().unwrap().contains("not one JSON object"), "{error}");
+    }
+    assert_eq!(fake.pending_updates(), 1, "nothing queued for the refused bodies");
 }
 
 #[tokio::test]

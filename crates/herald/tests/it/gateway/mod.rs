@@ -6,6 +6,7 @@ mod conversation;
 mod delivery;
 mod health;
 mod notify;
+mod poison;
 mod reload;
 mod restart;
 
