@@ -22,7 +22,10 @@ use tracing::{debug, error, info, warn};
 use crate::link::Link;
 
 /// Replies sent again that may be in flight at once on one platform.
-pub(crate) const RESENDS_IN_FLIGHT: usize = 3;
+const RESENDS_IN_FLIGHT: usize = 3;
+/// New replies that may be in flight at once on one platform: sent and not yet marked
+/// delivered, so what a crash can send twice.
+const SENDS_IN_FLIGHT: usize = 32;
 /// The pace of replies sent again on one platform (Telegram takes about 30 a second).
 const RESEND_EVERY: Duration = Duration::from_millis(40);
 /// The first wait after a failed try, doubled up to [`RETRY_CAP`].
@@ -83,24 +86,30 @@ impl Backlog {
     }
 }
 
-/// One platform's pace for replies sent again.
+/// How many replies one platform may have in flight (a slot is held from the send until the
+/// reply is marked delivered), and the pace of those sent again.
 #[derive(Debug)]
 struct Pacer {
-    in_flight: Arc<Semaphore>,
+    sends: Arc<Semaphore>,
+    resends: Arc<Semaphore>,
     next: tokio::sync::Mutex<Instant>,
 }
 
 impl Pacer {
     fn new() -> Pacer {
         Pacer {
-            in_flight: Arc::new(Semaphore::new(RESENDS_IN_FLIGHT)),
+            sends: Arc::new(Semaphore::new(SENDS_IN_FLIGHT)),
+            resends: Arc::new(Semaphore::new(RESENDS_IN_FLIGHT)),
             next: tokio::sync::Mutex::new(Instant::now()),
         }
     }
 
-    /// Waits for a free slot and this platform's next turn.
-    async fn slot(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        let permit = self.in_flight.clone().acquire_owned().await.ok()?;
+    /// Waits for a free slot; a reply sent again also waits for the platform's next turn.
+    async fn slot(&self, again: bool) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        if !again {
+            return self.sends.clone().acquire_owned().await.ok();
+        }
+        let permit = self.resends.clone().acquire_owned().await.ok()?;
         let mut next = self.next.lock().await;
         tokio::time::sleep_until(*next).await;
         *next = Instant::now() + RESEND_EVERY;
@@ -190,14 +199,10 @@ impl Outbox {
         let mut wait = RETRY_FIRST;
         let mut tries = 0u32;
         loop {
-            let _slot = if parcel.again {
-                let Some(pacer) = self.pacers.get(&parcel.chat.platform) else { return false };
-                tokio::select! {
-                    slot = pacer.slot() => slot,
-                    () = self.stop.cancelled() => return false,
-                }
-            } else {
-                None
+            let Some(pacer) = self.pacers.get(&parcel.chat.platform) else { return false };
+            let _slot = tokio::select! {
+                slot = pacer.slot(parcel.again) => slot,
+                () = self.stop.cancelled() => return false,
             };
             debug!(chat = %parcel.chat.id, reply = %parcel.text, "sending reply");
             let sent = link.send(&parcel.chat, parcel.text.clone(), parcel.reply_to.clone()).await;

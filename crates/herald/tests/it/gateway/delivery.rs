@@ -149,3 +149,46 @@ async fn kills_during_recovery_send_at_most_the_few_in_flight_twice() {
     store.close().await;
     assert_eq!(d.stop().await, 0, "{}", d.logs());
 }
+
+/// Sends the Telegram adapter runs at once: the most a kill under load can leave in flight.
+const SENDS_IN_FLIGHT: usize = 32;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kill_in_a_burst_loses_nothing_and_resends_only_what_was_in_flight() {
+    let mut d = Daemon::start("").await;
+    assert_eq!(d.stop().await, 0, "{}", d.logs());
+    let config = std::fs::read_to_string(&d.world.config).unwrap();
+    let start = config.find("allowed_users = [").unwrap();
+    let end = start + config[start..].find(']').unwrap() + 1;
+    let config = format!("{}allowed_users = [\"*\"]{}", &config[..start], &config[end..]);
+    std::fs::write(&d.world.config, config).unwrap();
+    d.model.set_latency(Duration::from_millis(20));
+    d.spawn().await;
+
+    let chats: Vec<i64> = (0..50).map(|n| 6000 + n).collect();
+    for chat in &chats {
+        d.telegram.dm(*chat, &format!("burst {chat}"));
+    }
+    let started = Instant::now();
+    while d.telegram.sent().len() < 15 {
+        assert!(started.elapsed() < Duration::from_secs(20), "stalled: {}", d.logs());
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    d.signal("KILL");
+    d.stop().await;
+    d.spawn().await;
+    let started = Instant::now();
+    while !chats.iter().all(|chat| !d.telegram.sent_to(*chat).is_empty()) {
+        assert!(started.elapsed() < Duration::from_secs(30), "not all answered: {}", d.logs());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    settle().await;
+    for chat in &chats {
+        let got = texts(&d, *chat);
+        assert!(got.iter().all(|t| *t == format!("echo: burst {chat}")), "{chat}: {got:?}");
+    }
+    let twice = d.telegram.sent().len() - chats.len();
+    eprintln!("a kill in a burst to 50 chats: {twice} replies sent twice");
+    assert!(twice <= SENDS_IN_FLIGHT, "{twice} duplicates");
+    assert_eq!(d.stop().await, 0, "{}", d.logs());
+}
