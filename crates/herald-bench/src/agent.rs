@@ -1,7 +1,8 @@
 //! `agent-overhead`: turns through the turn pipeline the gateway and `herald chat` use, against a
 //! model that answers at once, measuring herald's own time per turn (storing the line, reading
-//! history, building the request, storing the delta), with the model's time taken out. Each session's stored system prompt is read
-//! once, when the session is opened, as the gateway and `herald chat` do.
+//! history, building the request, storing the delta), with the model's time taken out. Each
+//! session's stored system prompt is read once, when the session is opened, as the gateway and
+//! `herald chat` do.
 
 use std::path::PathBuf;
 use std::sync::Mutex;

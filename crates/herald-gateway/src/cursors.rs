@@ -1,10 +1,10 @@
 //! Platform cursors saved off the router's loop.
 //!
 //! A cursor write waits its turn behind every other write of the store; done inside the router
-//! it would hold up every chat's messages behind it (a burst of new sessions made replies wait
-//! hundreds of milliseconds). Only the newest cursor of each platform matters, and saving one
-//! late only means a restart may see some updates again (they are deduplicated), so the router
-//! hands the newest value over and one task writes it when it can.
+//! it would hold up every chat's messages behind it, worst in a burst of new sessions. Only the
+//! newest cursor of each platform matters, and saving one late only means a restart may see
+//! some updates again (they are deduplicated), so the router hands the newest value over and
+//! one task writes it when it can.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -1,11 +1,10 @@
 //! WAL checkpoints off the write path.
 //!
 //! SQLite's automatic checkpoint runs inside the commit that crosses its threshold, while that
-//! writer holds the write lock: every herald process then waits for the copy and its sync (tens
-//! of milliseconds, the worst turns of a busy gateway). herald checkpoints from a task of its
-//! own, on a pooled connection, holding no write lock: a PASSIVE checkpoint copies what no
-//! reader still needs while writers go on appending, and the next writer after a complete one
-//! starts the WAL over from its beginning.
+//! writer holds the write lock: every herald process then waits for the copy and its sync.
+//! herald checkpoints from a task of its own, on a pooled connection, holding no write lock: a
+//! PASSIVE checkpoint copies what no reader still needs while writers go on appending, and the
+//! next writer after a complete one starts the WAL over from its beginning.
 //!
 //! Under a load that never pauses, a commit lands during every background checkpoint, none of
 //! them completes, and the WAL would never start over: SQLite's own checkpoint stays on, at a

@@ -1,7 +1,7 @@
 //! Reading a session's history back, in order, with the histories read lately kept in memory.
 //!
-//! Every turn reads its session's whole history, and a long one costs a few microseconds per
-//! message to build and parse. Messages are never changed once written, and their ids only grow
+//! Every turn reads its session's whole history, and building and parsing it costs in
+//! proportion to its length. Messages are never changed once written, and their ids only grow
 //! (AUTOINCREMENT, allocated under the write lock), so a history read before is still its own
 //! prefix, unless something of it was deleted (`/retry`, a deleted session, another process):
 //! each read asks SQLite in one statement how many messages up to the last one it holds are
@@ -43,8 +43,8 @@ impl Store {
     /// A session's messages in the order they were written.
     ///
     /// Read as one JSON array of positional rows built by SQLite: one value to hand over
-    /// instead of hundreds of rows, which makes reading a long history several times faster
-    /// through the driver (and arrays are cheaper than objects to build and to parse).
+    /// through the driver instead of hundreds of rows (and arrays are cheaper than objects to
+    /// build and to parse).
     pub async fn history(&self, session_id: &str) -> Result<Vec<StoredMessage>, StoreError> {
         let cache = &self.inner.history;
         let (messages, bytes) = match cache.get(session_id) {

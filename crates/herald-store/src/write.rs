@@ -71,10 +71,9 @@ impl Store {
     /// write them to a temporary file past 64 KiB as SQLite does by default.
     ///
     /// A statement inside a transaction journals the pages it changes, so that it can be undone
-    /// alone; each multi-row statement of a group commit journals about a megabyte. Written to
-    /// a file, that was a file created, written and deleted in every batch, which holds the lock
-    /// every other writer waits for: in memory, a storm ran 9% faster. Group commits are bounded
-    /// by the writes queued, so their journals are too; any other write (a prune, deleting a long
+    /// alone. Written to disk, that is a file created, written and deleted in every batch, while
+    /// the batch holds the lock every other writer waits for. Group commits are bounded by the
+    /// writes queued, so their journals are too; any other write (a prune, deleting a long
     /// session) may change the whole file, and journals to disk. The setting changes only when
     /// the kind of write does, outside a transaction, and costs one statement then.
     pub(crate) async fn journals_in_memory(

@@ -75,9 +75,8 @@ pub struct SearchHit {
     pub rank: f64,
 }
 
-/// How many of the newest matches are ranked. BM25 over every match of a common word in a big
-/// store takes hundreds of milliseconds; over the newest few thousand it takes a few, and in a
-/// chat history the best hits are almost always among the recent ones.
+/// How many of the newest matches are ranked: BM25 over every match of a common word in a big
+/// store is slow, and in a chat history the best hits are almost always among the recent ones.
 const RANK_WINDOW: i64 = 2000;
 
 /// The word index's columns that hold the text of a role's messages.
@@ -209,7 +208,7 @@ impl Store {
             .bind(RANK_WINDOW)
             .bind(i64::from(query.limit)),
             // The window is found with the filters, and scored without them: bm25 counts the
-            // documents of every phrase it is given, and a filter's token is in a quarter of
+            // documents of every phrase it is given, and a filter's token may be in much of
             // the store.
             Some(narrowing) => sqlx::query_as(
                 "WITH newest AS MATERIALIZED (

@@ -10,10 +10,10 @@
 //! FTS5's formula and its own figures (row count, token totals, each message's size from the
 //! index), and come out identical to the last bit on x86-64 (see the test
 //! `a_lone_phrase_is_ranked_exactly_as_fts5_ranks_it`; where the C compiler fuses
-//! multiply-adds, as on ARM, SQLite's own score may differ in its last bit). The phrase is counted in the message's
-//! text and its tool's name (each in a column of the index) by the tokenizer's rules, which are
-//! simple and exact for ASCII text; any other text, [`MOST`] matches or more, or a count that
-//! disagrees with the index leaves the ranking to FTS5.
+//! multiply-adds, as on ARM, SQLite's own score may differ in its last bit). The phrase is
+//! counted in the message's text and its tool's name (each in a column of the index) by the
+//! tokenizer's rules, which are simple and exact for ASCII text; any other text, [`MOST`]
+//! matches or more, or a count that disagrees with the index leaves the ranking to FTS5.
 
 use crate::error::StoreError;
 use crate::open::Store;
@@ -72,8 +72,8 @@ impl Store {
     ) -> Result<Option<Vec<(i64, f64)>>, StoreError> {
         // One snapshot: the matches, their sizes and the totals must agree, as within FTS5.
         let mut tx = self.inner.pool.begin().await?;
-        // Oldest first: FTS5 walks its lists forwards a third faster, and any [`MOST`]
-        // matches mean FTS5 ranks them, whichever they are.
+        // Oldest first: FTS5 walks its lists forwards faster, and any [`MOST`] matches mean
+        // FTS5 ranks them, whichever they are.
         let ids: Vec<i64> = sqlx::query_scalar(
             "SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?1 ORDER BY rowid LIMIT ?2",
         )
