@@ -82,15 +82,15 @@ fn an_unopenable_store_fails() {
 }
 
 #[test]
-fn a_database_other_users_can_read_fails() {
+fn a_database_other_users_can_read_is_made_private() {
     let world = world("");
     world.herald(&["doctor"]).ok();
     fs::set_permissions(&world.db, fs::Permissions::from_mode(0o644)).unwrap();
     let run = world.herald(&["doctor"]);
-    assert_eq!(run.code, 1, "{run:?}");
-    let writable = line(&run.stdout, "writable");
-    assert!(writable.starts_with("FAIL") && writable.contains("mode 0644"), "{writable}");
-    assert!(writable.ends_with(&format!("run chmod 600 {}", world.db.display())), "{writable}");
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(line(&run.stdout, "writable").ends_with("mode 0600"), "{run:?}");
+    assert!(run.stderr.contains("made the store's files private"), "{run:?}");
+    assert_eq!(fs::metadata(&world.db).unwrap().permissions().mode() & 0o777, 0o600);
 }
 
 #[test]
