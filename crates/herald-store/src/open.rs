@@ -79,9 +79,27 @@ pub(crate) struct Inner {
 impl Store {
     /// Opens (creating if needed) the database, switches it to WAL and applies migrations.
     pub async fn open(options: StoreOptions) -> Result<Store, StoreError> {
+        Store::open_with(options, true).await
+    }
+
+    /// Opens a database that must already exist, creating neither it nor its directory: for
+    /// commands that only look at what is stored.
+    pub async fn open_existing(options: StoreOptions) -> Result<Store, StoreError> {
+        Store::open_with(options, false).await
+    }
+
+    async fn open_with(options: StoreOptions, create: bool) -> Result<Store, StoreError> {
         let path = options.path.clone();
         let fail = |reason: String| StoreError::Open { path: path.clone(), reason };
-        create_private_file(&path).map_err(|e| fail(e.to_string()))?;
+        if create {
+            create_private_file(&path).map_err(|e| fail(e.to_string()))?;
+        } else if !path.try_exists().map_err(|e| fail(e.to_string()))? {
+            return Err(fail(
+                "it does not exist, and nothing was created; check store.path, or run herald \
+                 chat or herald gateway, which create it"
+                    .to_owned(),
+            ));
+        }
         make_private(&path).map_err(fail)?;
         let process_lock = ProcessLock::open(&path).map_err(|e| fail(e.to_string()))?;
 

@@ -1,11 +1,11 @@
-//! The database's files on disk.
+//! The database's files on disk: private modes, and opening a store that must already exist.
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use herald_core::Platform;
-use herald_store::{NewSession, Store, StoreOptions};
+use herald_store::{NewSession, Store, StoreError, StoreOptions};
 
 use crate::fresh;
 
@@ -36,5 +36,22 @@ async fn a_database_other_users_can_read_is_made_private_with_its_files() {
     for file in [db.clone(), beside(&db, "-wal"), beside(&db, "-shm"), beside(&db, "-lock")] {
         assert_eq!(mode(&file), "600", "{}", file.display());
     }
+    store.close().await;
+}
+
+#[tokio::test]
+async fn a_store_that_must_exist_is_not_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("data/state.db");
+    let error = Store::open_existing(StoreOptions::new(&db)).await.unwrap_err();
+    assert!(matches!(error, StoreError::Open { .. }), "{error:?}");
+    let text = error.to_string();
+    assert!(text.contains(&db.display().to_string()), "{text}");
+    assert!(text.contains("does not exist") && text.contains("nothing was created"), "{text}");
+    assert!(!dir.path().join("data").exists(), "no directory was made");
+
+    Store::open(StoreOptions::new(&db)).await.unwrap().close().await;
+    let store = Store::open_existing(StoreOptions::new(&db)).await.unwrap();
+    assert!(store.list_sessions(&Default::default()).await.unwrap().is_empty());
     store.close().await;
 }

@@ -40,7 +40,7 @@ pub async fn run(loaded: &Loaded, json: bool, out: &mut dyn Write) -> anyhow::Re
         },
     )];
     let db = &loaded.config.store.path;
-    match Store::open(loaded.config.store_options()).await {
+    match Store::open_existing(loaded.config.store_options()).await {
         Ok(store) => {
             checks.push(Check::new("store", true, db.display().to_string()));
             let health = store.health().await;

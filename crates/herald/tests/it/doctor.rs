@@ -5,9 +5,16 @@ use std::os::unix::fs::PermissionsExt;
 
 use crate::common::{World, json};
 
-/// A world whose config sets the store path and `extra`, with service files looked for in a
-/// test root rather than this machine's /etc.
+/// A world whose config sets the store path and `extra`, with a new store, and service files
+/// looked for in a test root rather than this machine's /etc.
 fn world(extra: &str) -> World {
+    let world = world_without_store(extra);
+    world.with_store(async |_| ());
+    world
+}
+
+/// Like [`world`], with no store yet.
+fn world_without_store(extra: &str) -> World {
     let mut world = World::with_config(extra);
     let root = world.dir().join("root");
     world.env("HERALD_SERVICE_ROOT", root.to_str().unwrap());
@@ -71,7 +78,7 @@ fn a_token_is_named_and_never_shown() {
 
 #[test]
 fn an_unopenable_store_fails() {
-    let world = world("");
+    let world = world_without_store("");
     fs::create_dir_all(&world.db).unwrap(); // a directory where the file should be
     let run = world.herald(&["doctor", "--json"]);
     assert_eq!(run.code, 1, "{run:?}");
@@ -84,7 +91,6 @@ fn an_unopenable_store_fails() {
 #[test]
 fn a_database_other_users_can_read_is_made_private() {
     let world = world("");
-    world.herald(&["doctor"]).ok();
     fs::set_permissions(&world.db, fs::Permissions::from_mode(0o644)).unwrap();
     let run = world.herald(&["doctor"]);
     assert_eq!(run.code, 0, "{run:?}");
@@ -119,4 +125,15 @@ fn the_service_unit_is_noted_when_absent_and_must_be_current_when_installed() {
     assert!(service.ends_with("run herald service install --user"), "{service}");
     world.herald(&["service", "install", "--user"]).ok();
     world.herald(&["doctor"]).ok();
+}
+
+#[test]
+fn a_missing_store_is_reported_and_not_created() {
+    let world = world_without_store("");
+    let run = world.herald(&["doctor"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    let store = line(&run.stdout, "store");
+    assert!(store.starts_with("FAIL") && store.contains(&world.db.display().to_string()));
+    assert!(store.contains("does not exist") && store.contains("nothing was created"), "{store}");
+    assert!(!world.db.parent().unwrap().exists(), "doctor made the store's directory");
 }

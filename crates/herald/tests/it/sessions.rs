@@ -139,6 +139,27 @@ fn stats_count_sessions_and_messages() {
     assert!(human.lines().any(|l| l.starts_with("telegram") && l.ends_with('4')), "{human}");
 }
 
+#[test]
+fn read_only_commands_on_a_missing_store_create_nothing() {
+    let world = World::new();
+    let commands: [&[&str]; 7] = [
+        &["sessions", "list"],
+        &["sessions", "show", "abcd"],
+        &["sessions", "search", "deploy"],
+        &["sessions", "export", "--all"],
+        &["sessions", "stats", "--json"],
+        &["pairing", "list"],
+        &["pairing", "revoke", "telegram", "42"],
+    ];
+    for args in commands {
+        let line = world.herald(args).fails(1);
+        let path = world.db.display().to_string();
+        assert!(line.contains(&path) && line.contains("does not exist"), "{args:?}: {line}");
+        assert!(line.contains("nothing was created"), "{args:?}: {line}");
+        assert!(!world.db.parent().unwrap().exists(), "{args:?} made the store's directory");
+    }
+}
+
 /// A database open to every user but owned by another is refused, not used as it is. Only root
 /// can give a file to another user, so the test runs herald as `nobody` (setpriv) when it runs
 /// as root, and says it skipped otherwise.
