@@ -35,7 +35,8 @@ fn a_fresh_store_is_healthy() {
     let out = world.herald(&["doctor"]).ok();
     let lines: Vec<&str> = out.lines().collect();
     assert!(lines.iter().all(|l| l.starts_with("ok ")), "{out}");
-    let checks = ["config", "store", "writable", "schema", "journal", "search", "integrity"];
+    let checks =
+        ["config", "store", "writable", "directory", "schema", "journal", "search", "integrity"];
     for check in checks.into_iter().chain(["platforms", "service"]) {
         line(&out, check);
     }
@@ -97,6 +98,31 @@ fn a_database_other_users_can_read_is_made_private() {
     assert!(line(&run.stdout, "writable").ends_with("mode 0600"), "{run:?}");
     assert!(run.stderr.contains("made the store's files private"), "{run:?}");
     assert_eq!(fs::metadata(&world.db).unwrap().permissions().mode() & 0o777, 0o600);
+}
+
+#[test]
+fn a_database_in_a_directory_others_can_write_is_flagged() {
+    let world = world("");
+    let dir = world.db.parent().unwrap();
+    assert!(line(&world.herald(&["doctor"]).ok(), "directory").starts_with("ok "));
+    for mode in [0o777, 0o1777] {
+        fs::set_permissions(dir, fs::Permissions::from_mode(mode)).unwrap();
+        let run = world.herald(&["doctor"]);
+        assert_eq!(run.code, 1, "{run:?}");
+        let check = line(&run.stdout, "directory");
+        assert!(check.starts_with("FAIL") && check.contains("writable by every user"), "{check}");
+        assert!(check.ends_with(&format!("chmod o-w {}", dir.display())), "{check}");
+    }
+
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o770)).unwrap();
+    let run = world.herald(&["doctor"]);
+    assert_eq!(run.code, 0, "a warning is not a failure: {run:?}");
+    let check = line(&run.stdout, "directory");
+    assert!(check.starts_with("WARN") && check.contains("writable by its group"), "{check}");
+    let report = json(&world.herald(&["doctor", "--json"]).ok());
+    let checks = report["checks"].as_array().unwrap();
+    let directory = checks.iter().find(|c| c["name"] == "directory").unwrap();
+    assert_eq!((&directory["ok"], &directory["warning"]), (&true.into(), &true.into()));
 }
 
 #[test]
