@@ -61,8 +61,9 @@ pub async fn authorize(
 const ALPHABET: &[u8] = b"ABCDEFGHJKMNPQRSTUVWXYZ23456789";
 /// Code length.
 const CODE_LEN: usize = 8;
-/// At most this many codes wait for the operator on one platform.
-const MAX_PENDING: i64 = 3;
+/// At most this many codes wait for the operator on one platform: enough that a few strangers
+/// cannot crowd out the person the operator expects, few enough to read in `pairing list`.
+const MAX_PENDING: i64 = 10;
 /// A user hears about their code at most this often.
 const REMIND_EVERY: Duration = Duration::from_secs(60);
 

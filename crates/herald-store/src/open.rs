@@ -1,5 +1,5 @@
 use std::fs::{self, OpenOptions};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -81,9 +81,28 @@ pub(crate) struct Inner {
 impl Store {
     /// Opens (creating if needed) the database, switches it to WAL and applies migrations.
     pub async fn open(options: StoreOptions) -> Result<Store, StoreError> {
+        Store::open_with(options, true).await
+    }
+
+    /// Opens a database that must already exist, creating neither it nor its directory: for
+    /// commands that only look at what is stored.
+    pub async fn open_existing(options: StoreOptions) -> Result<Store, StoreError> {
+        Store::open_with(options, false).await
+    }
+
+    async fn open_with(options: StoreOptions, create: bool) -> Result<Store, StoreError> {
         let path = options.path.clone();
         let fail = |reason: String| StoreError::Open { path: path.clone(), reason };
-        create_private_file(&path).map_err(|e| fail(e.to_string()))?;
+        if create {
+            create_private_file(&path).map_err(|e| fail(e.to_string()))?;
+        } else if !path.try_exists().map_err(|e| fail(e.to_string()))? {
+            return Err(fail(
+                "it does not exist, and nothing was created; check store.path, or run herald \
+                 chat or herald gateway, which create it"
+                    .to_owned(),
+            ));
+        }
+        make_private(&path).map_err(fail)?;
         let process_lock = ProcessLock::open(&path).map_err(|e| fail(e.to_string()))?;
 
         let connect = SqliteConnectOptions::new()
@@ -202,6 +221,47 @@ pub(crate) fn create_private_file(path: &Path) -> std::io::Result<()> {
         fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
     }
     OpenOptions::new().create(true).append(true).mode(0o600).open(path).map(drop)
+}
+
+/// Makes the database and the files beside it (`-wal`, `-shm`, `-lock`) private to their
+/// owner when a copy, an old umask or a `chmod` opened them to others: SQLite gives a new `-wal`
+/// and `-shm` the database's own mode, so one loose file would leak every later write.
+fn make_private(db: &Path) -> Result<(), String> {
+    let mut tightened = Vec::new();
+    for file in store_files(db) {
+        let mode = match fs::metadata(&file) {
+            Ok(meta) => meta.permissions().mode() & 0o777,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(format!("cannot inspect {}: {e}", file.display())),
+        };
+        if mode & 0o077 == 0 {
+            continue;
+        }
+        if let Err(e) = fs::set_permissions(&file, fs::Permissions::from_mode(mode & 0o700)) {
+            return Err(format!(
+                "{} has mode {mode:04o}, open to other users, and cannot be made private ({e}); \
+                 run chmod 600 {} as its owner",
+                file.display(),
+                file.display()
+            ));
+        }
+        tightened.push(format!("{} (was {mode:04o})", file.display()));
+    }
+    if !tightened.is_empty() {
+        warn!(files = %tightened.join(", "), "made the store's files private to their owner; other users could open them");
+    }
+    Ok(())
+}
+
+/// The database and the files SQLite and herald keep beside it.
+fn store_files(db: &Path) -> impl Iterator<Item = PathBuf> {
+    let db = db.to_owned();
+    let sidecars = ["-wal", "-shm", "-lock"].map(|suffix| {
+        let mut name = db.as_os_str().to_owned();
+        name.push(suffix);
+        PathBuf::from(name)
+    });
+    std::iter::once(db).chain(sidecars)
 }
 
 /// Turns WAL on, or keeps the current mode with one warning when the filesystem refuses it.

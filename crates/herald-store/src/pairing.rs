@@ -84,8 +84,9 @@ pub struct NewPairing<'a> {
 }
 
 impl Store {
-    /// Issues a pairing code for a user, or returns the valid one they already have. Expired
-    /// codes are dropped first.
+    /// Issues a pairing code for a user, or returns the valid one they already have, so a user
+    /// holds at most one pending code and writing again takes no second place. Expired codes
+    /// are dropped first; the look and the insert share one write transaction.
     pub async fn request_pairing(&self, new: &NewPairing<'_>) -> Result<PairingIssue, StoreError> {
         write_tx!(self, |conn| async {
             let now = now_ms();
@@ -195,7 +196,8 @@ impl Store {
     /// Pending codes that are still valid, oldest first.
     pub async fn pairing_requests(&self) -> Result<Vec<PairingRequest>, StoreError> {
         Ok(sqlx::query_as(
-            "SELECT * FROM pairing_requests WHERE expires_at > ? ORDER BY platform, created_at",
+            "SELECT * FROM pairing_requests WHERE expires_at > ?
+             ORDER BY platform, created_at, user_id",
         )
         .bind(now_ms())
         .fetch_all(&self.inner.pool)
@@ -207,5 +209,45 @@ impl Store {
         Ok(sqlx::query_as("SELECT * FROM approved_users ORDER BY platform, approved_at")
             .fetch_all(&self.inner.pool)
             .await?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::open::scratch_store;
+
+    fn ask<'a>(user: &'a str, code: &'a str, max_pending: i64) -> NewPairing<'a> {
+        let platform = Platform::Telegram;
+        let ttl_ms = 3_600_000;
+        NewPairing {
+            platform,
+            code,
+            user_id: user,
+            display_name: None,
+            chat_id: user,
+            ttl_ms,
+            max_pending,
+        }
+    }
+
+    #[tokio::test]
+    async fn pairing_gives_one_code_per_user_up_to_the_platform_limit() {
+        let (store, _dir) = scratch_store().await;
+        let first = store.request_pairing(&ask("1", "AAAAAAAA", 2)).await.unwrap();
+        assert!(matches!(&first, PairingIssue::Issued(r) if r.code == "AAAAAAAA"), "{first:?}");
+        let again = store.request_pairing(&ask("1", "BBBBBBBB", 2)).await.unwrap();
+        assert!(matches!(&again, PairingIssue::Pending(r) if r.code == "AAAAAAAA"), "{again:?}");
+        let second = store.request_pairing(&ask("2", "CCCCCCCC", 2)).await.unwrap();
+        assert!(matches!(second, PairingIssue::Issued(_)), "{second:?}");
+        let third = store.request_pairing(&ask("3", "DDDDDDDD", 2)).await.unwrap();
+        assert_eq!(third, PairingIssue::Full);
+        let pending = store.pairing_requests().await.unwrap();
+        let users: Vec<&str> = pending.iter().map(|p| p.user_id.as_str()).collect();
+        assert_eq!(users, ["1", "2"]);
+
+        store.approve_pairing(Platform::Telegram, "aaaaaaaa").await.unwrap().unwrap();
+        let freed = store.request_pairing(&ask("3", "DDDDDDDD", 2)).await.unwrap();
+        assert!(matches!(freed, PairingIssue::Issued(_)), "an approval frees its place: {freed:?}");
     }
 }

@@ -3,6 +3,7 @@
 
 mod busy;
 mod concurrency;
+mod files;
 mod gateway;
 mod history;
 mod schema;

@@ -71,9 +71,7 @@ pub async fn run(loaded: &Loaded, args: ChatArgs) -> anyhow::Result<ExitCode> {
                 Err(e) => eprintln!("error: {e}"),
             },
             // A word like `/usr/bin` is a message; only `/word` is taken as a command.
-            (command, _)
-                if command.len() > 1 && !command[1..].contains('/') && command.starts_with('/') =>
-            {
+            (command, _) if is_command(command) => {
                 writeln!(stdout, "unknown command {command}; /help lists them")?
             }
             _ => {
@@ -90,6 +88,11 @@ pub async fn run(loaded: &Loaded, args: ChatArgs) -> anyhow::Result<ExitCode> {
     store.end_session(&chat.session.id, "cli exit").await?;
     store.close().await;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether the first word of a line is `/word`, in any script; `/usr/bin` is not.
+fn is_command(word: &str) -> bool {
+    word.strip_prefix('/').is_some_and(|name| !name.is_empty() && !name.contains('/'))
 }
 
 /// Reads one line on a blocking thread, so the runtime stays free.

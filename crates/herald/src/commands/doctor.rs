@@ -19,12 +19,18 @@ use crate::output;
 struct Check {
     name: &'static str,
     ok: bool,
+    /// Passed, but worth a look; does not fail doctor.
+    warning: bool,
     detail: String,
 }
 
 impl Check {
     fn new(name: &'static str, ok: bool, detail: impl Into<String>) -> Check {
-        Check { name, ok, detail: detail.into() }
+        Check { name, ok, warning: false, detail: detail.into() }
+    }
+
+    fn warn(name: &'static str, detail: impl Into<String>) -> Check {
+        Check { warning: true, ..Check::new(name, true, detail) }
     }
 }
 
@@ -40,12 +46,13 @@ pub async fn run(loaded: &Loaded, json: bool, out: &mut dyn Write) -> anyhow::Re
         },
     )];
     let db = &loaded.config.store.path;
-    match Store::open(loaded.config.store_options()).await {
+    match Store::open_existing(loaded.config.store_options()).await {
         Ok(store) => {
             checks.push(Check::new("store", true, db.display().to_string()));
             let health = store.health().await;
             store.close().await;
             checks.push(writable_check(db));
+            checks.push(directory_check(db));
             match health {
                 Ok(health) => checks.extend(store_checks(&health)),
                 Err(e) => checks.push(Check::new("health", false, e.to_string())),
@@ -61,7 +68,11 @@ pub async fn run(loaded: &Loaded, json: bool, out: &mut dyn Write) -> anyhow::Re
         output::write_json(out, &serde_json::json!({ "ok": healthy, "checks": checks }))?;
     } else {
         for check in &checks {
-            let status = if check.ok { "ok" } else { "FAIL" };
+            let status = match (check.ok, check.warning) {
+                (false, _) => "FAIL",
+                (true, true) => "WARN",
+                (true, false) => "ok",
+            };
             writeln!(out, "{status:<4}  {:<9} {}", check.name, output::one_line(&check.detail))?;
         }
     }
@@ -103,6 +114,39 @@ fn writable_check(db: &Path) -> Check {
         return Check::new("writable", false, detail);
     }
     Check::new("writable", true, format!("{} and its directory, mode {mode:04o}", db.display()))
+}
+
+/// Who else may write the database's directory: they could replace the database, or create
+/// its `-wal`/`-shm` before herald does (a sticky bit does not stop that).
+fn directory_check(db: &Path) -> Check {
+    let dir = db.parent().unwrap_or(Path::new("/"));
+    let mode = match std::fs::metadata(dir) {
+        Ok(meta) => meta.permissions().mode() & 0o7777,
+        Err(e) => {
+            return Check::new(
+                "directory",
+                false,
+                format!("cannot inspect {}: {e}", dir.display()),
+            );
+        }
+    };
+    let shown = dir.display();
+    if mode & 0o002 != 0 {
+        let detail = format!(
+            "{shown} is writable by every user (mode {mode:04o}): anyone could replace the \
+             database or plant its -wal and -shm files; move store.path to a private directory \
+             or run chmod o-w {shown}"
+        );
+        return Check::new("directory", false, detail);
+    }
+    if mode & 0o020 != 0 {
+        let detail = format!(
+            "{shown} is writable by its group (mode {mode:04o}): its members could replace the \
+             database; run chmod g-w {shown} unless that is meant"
+        );
+        return Check::warn("directory", detail);
+    }
+    Check::new("directory", true, format!("{shown}, mode {mode:04o}"))
 }
 
 fn store_checks(health: &Health) -> Vec<Check> {

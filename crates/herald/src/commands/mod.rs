@@ -46,15 +46,17 @@ async fn dispatch(
         Command::Config(ConfigCommand::Example) => config::write_example(out),
         Command::Doctor { json } => doctor::run(loaded, json, out).await,
         Command::Gateway => gateway::run(loaded).await,
+        // Only chat and the gateway create a store: these commands look at one, and a typo in
+        // the path should not leave an empty database behind.
         Command::Pairing(command) => {
-            let store = Store::open(loaded.config.store_options()).await?;
+            let store = Store::open_existing(loaded.config.store_options()).await?;
             let result = pairing::run(&store, command, out).await;
             store.close().await;
             result
         }
         Command::Service(command) => service::run(command, loaded, out),
         Command::Sessions(command) => {
-            let store = Store::open(loaded.config.store_options()).await?;
+            let store = Store::open_existing(loaded.config.store_options()).await?;
             let result = sessions::run(&store, command, out).await;
             store.close().await;
             result.map(|()| ExitCode::SUCCESS)

@@ -53,14 +53,16 @@ async fn list(store: &Store, json: bool, out: &mut dyn Write) -> anyhow::Result<
     if pending.is_empty() {
         writeln!(out, "  (none)")?;
     }
+    let now = chrono::Utc::now().timestamp_millis();
     for p in &pending {
         let name = p.display_name.as_deref().unwrap_or("-");
         writeln!(
             out,
-            "  {:<9} {}  user {} ({name})  expires {}",
+            "  {:<9} {}  user {} ({name})  asked {}, expires {}",
             p.platform.as_str(),
             p.code,
             p.user_id,
+            ago(now, p.created_at),
             time(p.expires_at)
         )?;
     }
@@ -79,4 +81,12 @@ async fn list(store: &Store, json: bool, out: &mut dyn Write) -> anyhow::Result<
         )?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// How long ago `then` was, in whole minutes.
+fn ago(now: i64, then: i64) -> String {
+    match now.saturating_sub(then) / 60_000 {
+        0 => "just now".to_owned(),
+        minutes => format!("{minutes} min ago"),
+    }
 }

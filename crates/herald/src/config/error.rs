@@ -108,6 +108,10 @@ fn explain(message: &str, key: Option<&str>) -> String {
     if key.is_some_and(|k| k.ends_with("health_listen")) {
         return format!("{message}; write an address and port, like \"127.0.0.1:9464\"");
     }
+    if message.starts_with("is empty; ") {
+        // herald's own check (see `named_path`), which already says what to do.
+        return message;
+    }
     if key.is_none() && message.starts_with("duplicate key") {
         return format!("{message}; keep only one");
     }

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use herald_store::StoreOptions;
 use serde::Deserialize;
+use serde::de::{self, Deserializer};
 
 pub use error::ConfigError;
 pub use load::{Env, Loaded, candidates, load, parse};
@@ -55,6 +56,7 @@ pub struct Config {
 pub struct StoreConfig {
     /// The database file; after loading always absolute, `~` expanded
     /// (default `$HERALD_HOME/state.db`).
+    #[serde(deserialize_with = "named_path")]
     pub path: PathBuf,
     /// SQLite's own busy wait per attempt, in milliseconds.
     pub busy_timeout_ms: u64,
@@ -67,6 +69,19 @@ impl Default for StoreConfig {
         // The empty path stands for "not set"; loading replaces it with the default.
         StoreConfig { path: PathBuf::new(), busy_timeout_ms: 1000, write_patience_ms: 20_000 }
     }
+}
+
+/// A path as written, refused when empty: leaving the key out is how to ask for the default,
+/// and `""` is more likely a value that went missing than that request.
+fn named_path<'de, D: Deserializer<'de>>(deserializer: D) -> Result<PathBuf, D::Error> {
+    let path = PathBuf::deserialize(deserializer)?;
+    if path.as_os_str().is_empty() {
+        return Err(de::Error::custom(
+            "is empty; remove the key to use the default ($HERALD_HOME/state.db), or name the \
+             database file",
+        ));
+    }
+    Ok(path)
 }
 
 /// `[model]`: the OpenAI-compatible endpoint the agent talks to.

@@ -164,3 +164,25 @@ fn without_a_model_it_says_what_to_configure() {
     let line = world.herald_input(&["chat"], "hello\n").fails(2);
     assert!(line.contains("HERALD_API_KEY") && line.contains("base_url"), "{line}");
 }
+
+#[test]
+fn lines_in_any_script_are_answered_and_stored() {
+    let trial = Trial::new("You are Herald.");
+    let lines = ["привет", "你好，世界", "مرحبا بالعالم", "🎉 it works", "é", "/привет", "/你好/x"];
+    let input = format!("{}\n/exit\n", lines.join("\n"));
+    let run = trial.world.env_for("ada").herald_input(&["chat"], &input);
+    assert_eq!(run.code, 0, "{run:?}");
+    for line in ["привет", "你好，世界", "مرحبا بالعالم", "🎉 it works", "é", "/你好/x"]
+    {
+        assert!(run.stdout.contains(&format!("echo: {line}")), "{line}: {run:?}");
+    }
+    assert!(run.stdout.contains("unknown command /привет; /help lists them"), "{run:?}");
+
+    let history = trial.world.with_store(async |store| {
+        let s = store.list_sessions(&SessionFilter::default()).await.unwrap();
+        store.history(&s[0].id).await.unwrap()
+    });
+    let said: Vec<&str> =
+        history.iter().filter(|m| m.role == Role::User).map(|m| m.content.as_str()).collect();
+    assert_eq!(said, ["привет", "你好，世界", "مرحبا بالعالم", "🎉 it works", "é", "/你好/x"]);
+}

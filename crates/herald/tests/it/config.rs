@@ -81,3 +81,16 @@ fn the_example_is_a_valid_config() {
     let home_db = world.dir().join("home/.local/share/herald/state.db");
     assert!(out.contains(&format!("store: {}", home_db.display())), "{out}");
 }
+
+#[test]
+fn an_empty_store_path_is_an_error_not_the_default() {
+    let world = World::new();
+    std::fs::write(&world.config, "[model]\nmodel = \"m\"\n[store]\npath = \"\"\n").unwrap();
+    for args in [&["config", "check"][..], &["sessions", "list"], &["chat"]] {
+        let line = world.herald(args).fails(2);
+        let at = format!("error: {}:4:", world.config.display());
+        assert!(line.starts_with(&at) && line.contains(": store.path: "), "{args:?}: {line}");
+        assert!(line.contains("empty"), "{line}");
+    }
+    assert!(!world.dir().join("home").exists(), "nothing was created under the default path");
+}

@@ -5,9 +5,16 @@ use std::os::unix::fs::PermissionsExt;
 
 use crate::common::{World, json};
 
-/// A world whose config sets the store path and `extra`, with service files looked for in a
-/// test root rather than this machine's /etc.
+/// A world whose config sets the store path and `extra`, with a new store, and service files
+/// looked for in a test root rather than this machine's /etc.
 fn world(extra: &str) -> World {
+    let world = world_without_store(extra);
+    world.with_store(async |_| ());
+    world
+}
+
+/// Like [`world`], with no store yet.
+fn world_without_store(extra: &str) -> World {
     let mut world = World::with_config(extra);
     let root = world.dir().join("root");
     world.env("HERALD_SERVICE_ROOT", root.to_str().unwrap());
@@ -28,7 +35,8 @@ fn a_fresh_store_is_healthy() {
     let out = world.herald(&["doctor"]).ok();
     let lines: Vec<&str> = out.lines().collect();
     assert!(lines.iter().all(|l| l.starts_with("ok ")), "{out}");
-    let checks = ["config", "store", "writable", "schema", "journal", "search", "integrity"];
+    let checks =
+        ["config", "store", "writable", "directory", "schema", "journal", "search", "integrity"];
     for check in checks.into_iter().chain(["platforms", "service"]) {
         line(&out, check);
     }
@@ -71,7 +79,7 @@ fn a_token_is_named_and_never_shown() {
 
 #[test]
 fn an_unopenable_store_fails() {
-    let world = world("");
+    let world = world_without_store("");
     fs::create_dir_all(&world.db).unwrap(); // a directory where the file should be
     let run = world.herald(&["doctor", "--json"]);
     assert_eq!(run.code, 1, "{run:?}");
@@ -82,15 +90,39 @@ fn an_unopenable_store_fails() {
 }
 
 #[test]
-fn a_database_other_users_can_read_fails() {
+fn a_database_other_users_can_read_is_made_private() {
     let world = world("");
-    world.herald(&["doctor"]).ok();
     fs::set_permissions(&world.db, fs::Permissions::from_mode(0o644)).unwrap();
     let run = world.herald(&["doctor"]);
-    assert_eq!(run.code, 1, "{run:?}");
-    let writable = line(&run.stdout, "writable");
-    assert!(writable.starts_with("FAIL") && writable.contains("mode 0644"), "{writable}");
-    assert!(writable.ends_with(&format!("run chmod 600 {}", world.db.display())), "{writable}");
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(line(&run.stdout, "writable").ends_with("mode 0600"), "{run:?}");
+    assert!(run.stderr.contains("made the store's files private"), "{run:?}");
+    assert_eq!(fs::metadata(&world.db).unwrap().permissions().mode() & 0o777, 0o600);
+}
+
+#[test]
+fn a_database_in_a_directory_others_can_write_is_flagged() {
+    let world = world("");
+    let dir = world.db.parent().unwrap();
+    assert!(line(&world.herald(&["doctor"]).ok(), "directory").starts_with("ok "));
+    for mode in [0o777, 0o1777] {
+        fs::set_permissions(dir, fs::Permissions::from_mode(mode)).unwrap();
+        let run = world.herald(&["doctor"]);
+        assert_eq!(run.code, 1, "{run:?}");
+        let check = line(&run.stdout, "directory");
+        assert!(check.starts_with("FAIL") && check.contains("writable by every user"), "{check}");
+        assert!(check.ends_with(&format!("chmod o-w {}", dir.display())), "{check}");
+    }
+
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o770)).unwrap();
+    let run = world.herald(&["doctor"]);
+    assert_eq!(run.code, 0, "a warning is not a failure: {run:?}");
+    let check = line(&run.stdout, "directory");
+    assert!(check.starts_with("WARN") && check.contains("writable by its group"), "{check}");
+    let report = json(&world.herald(&["doctor", "--json"]).ok());
+    let checks = report["checks"].as_array().unwrap();
+    let directory = checks.iter().find(|c| c["name"] == "directory").unwrap();
+    assert_eq!((&directory["ok"], &directory["warning"]), (&true.into(), &true.into()));
 }
 
 #[test]
@@ -119,4 +151,15 @@ fn the_service_unit_is_noted_when_absent_and_must_be_current_when_installed() {
     assert!(service.ends_with("run herald service install --user"), "{service}");
     world.herald(&["service", "install", "--user"]).ok();
     world.herald(&["doctor"]).ok();
+}
+
+#[test]
+fn a_missing_store_is_reported_and_not_created() {
+    let world = world_without_store("");
+    let run = world.herald(&["doctor"]);
+    assert_eq!(run.code, 1, "{run:?}");
+    let store = line(&run.stdout, "store");
+    assert!(store.starts_with("FAIL") && store.contains(&world.db.display().to_string()));
+    assert!(store.contains("does not exist") && store.contains("nothing was created"), "{store}");
+    assert!(!world.db.parent().unwrap().exists(), "doctor made the store's directory");
 }

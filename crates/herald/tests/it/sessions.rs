@@ -138,3 +138,60 @@ fn stats_count_sessions_and_messages() {
     assert!(human.contains("messages  7"), "{human}");
     assert!(human.lines().any(|l| l.starts_with("telegram") && l.ends_with('4')), "{human}");
 }
+
+#[test]
+fn read_only_commands_on_a_missing_store_create_nothing() {
+    let world = World::new();
+    let commands: [&[&str]; 7] = [
+        &["sessions", "list"],
+        &["sessions", "show", "abcd"],
+        &["sessions", "search", "deploy"],
+        &["sessions", "export", "--all"],
+        &["sessions", "stats", "--json"],
+        &["pairing", "list"],
+        &["pairing", "revoke", "telegram", "42"],
+    ];
+    for args in commands {
+        let line = world.herald(args).fails(1);
+        let path = world.db.display().to_string();
+        assert!(line.contains(&path) && line.contains("does not exist"), "{args:?}: {line}");
+        assert!(line.contains("nothing was created"), "{args:?}: {line}");
+        assert!(!world.db.parent().unwrap().exists(), "{args:?} made the store's directory");
+    }
+}
+
+/// A database open to every user but owned by another is refused, not used as it is. Only root
+/// can give a file to another user, so the test runs herald as `nobody` (setpriv) when it runs
+/// as root, and says it skipped otherwise.
+#[test]
+fn a_loose_database_herald_cannot_make_private_is_refused() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let world = World::new();
+    world.with_store(async |_| ());
+    if std::fs::metadata(&world.db).unwrap().uid() != 0 {
+        eprintln!("skipped: only root can leave a file owned by another user");
+        return;
+    }
+    let open = |path: &std::path::Path, mode| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    };
+    open(world.dir(), 0o755);
+    open(&world.config, 0o644);
+    open(world.db.parent().unwrap(), 0o755);
+    open(&world.db, 0o666);
+    let output = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(env!("CARGO_BIN_EXE_herald"))
+        .args(["--config", world.config.to_str().unwrap(), "sessions", "list"])
+        .env_clear()
+        .output()
+        .expect("running setpriv");
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("has mode 0666") && stderr.contains("cannot be made private"),
+        "{stderr}"
+    );
+    assert!(stderr.contains(&format!("run chmod 600 {} as its owner", world.db.display())));
+}

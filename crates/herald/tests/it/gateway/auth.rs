@@ -38,6 +38,55 @@ async fn an_unknown_user_is_paired_before_being_answered() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn four_strangers_all_get_codes_and_writing_again_takes_no_second_slot() {
+    let d = Daemon::start("").await;
+    let strangers = [2001, 2002, 2003, 2004];
+    let mut codes = Vec::new();
+    for user in strangers {
+        d.telegram.dm(user, "let me in");
+        let sent = d.replies(user, 1).await;
+        assert!(sent[0].text.contains("pairing code"), "{user}: {:?}", sent[0]);
+        codes.push(code_in(&sent[0].text));
+    }
+    // The first stranger writes again; an allowed user's answer after it shows the gateway
+    // has handled that message.
+    d.telegram.dm(2001, "hello? let me in");
+    d.telegram.dm(1001, "ping");
+    assert_eq!(d.replies(1001, 1).await[0].text, "echo: ping");
+
+    let listed = crate::common::json(&d.herald(&["pairing", "list", "--json"]).ok());
+    let pending = listed["pending"].as_array().unwrap();
+    let mut found: Vec<(String, String)> = pending
+        .iter()
+        .map(|p| {
+            (p["user_id"].as_str().unwrap().to_owned(), p["code"].as_str().unwrap().to_owned())
+        })
+        .collect();
+    found.sort();
+    let expected: Vec<(String, String)> =
+        strangers.iter().map(|u| u.to_string()).zip(codes.iter().cloned()).collect();
+    assert_eq!(found, expected, "one code per stranger, the same after writing again: {listed}");
+    assert!(pending.iter().all(|p| p["expires_at"].as_i64() > p["created_at"].as_i64()));
+    let text = d.herald(&["pairing", "list"]).ok();
+    for (user, code) in strangers.iter().zip(&codes) {
+        let line = text.lines().find(|l| l.contains(code.as_str())).expect("a line per code");
+        let user = format!("user {user}");
+        assert!(
+            line.contains(&user) && line.contains("asked ") && line.contains("expires"),
+            "{line}"
+        );
+    }
+
+    for (user, code) in strangers.iter().zip(&codes) {
+        let approved = d.herald(&["pairing", "approve", "telegram", code]).ok();
+        assert!(approved.contains(&user.to_string()), "{approved}");
+        d.telegram.dm(*user, "now?");
+        let sent = d.replies(*user, 2).await;
+        assert_eq!(sent.last().unwrap().text, "echo: now?", "{user}: {sent:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn an_expired_code_is_refused() {
     let d = Daemon::start("").await;
     let store = d.store().await;
