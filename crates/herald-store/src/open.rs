@@ -58,9 +58,8 @@ pub(crate) struct Inner {
     /// The connection every write goes through, one writer at a time inside this process, so
     /// tasks queue fairly here instead of sleeping in SQLite's busy handler against each other.
     /// A connection of its own, not one from the pool: its cache of prepared statements stays
-    /// warm. A batch's statements differ in their row counts, and one of hundreds of rows costs
-    /// up to 0.8 ms to prepare; taken from the pool, the writer went round its connections and
-    /// prepared the same statements in each. `None` once the store is closed.
+    /// warm (a batch's large statements would otherwise be prepared again on each pooled
+    /// connection, under the lock). `None` once the store is closed.
     pub(crate) write_lock: tokio::sync::Mutex<Option<SqliteConnection>>,
     /// Whether the writer keeps statement journals in memory (see [`Store::journals_in_memory`]);
     /// read and set only while `write_lock` is held.
@@ -114,19 +113,17 @@ impl Store {
             // Another process's commit empties this connection's page cache; with the file
             // mapped, the next transaction reads pages straight from the OS cache.
             .pragma("mmap_size", "268435456")
-            // Checkpoints copy the WAL into the database and sync it: herald runs them in the
-            // background (see checkpoint.rs); SQLite's, inside a commit that holds the write
-            // lock, only past 200 MB of WAL, under a load that never lets one of those complete.
-            // The WAL file keeps that size when it starts over: cutting it back happens inside
-            // the next commit, and freeing 140 MB took 115 ms here (every writer waiting); only
-            // a WAL grown past 256 MB (a long read holding checkpoints back) is cut to that.
+            // Checkpoints run in the background (see checkpoint.rs); SQLite's own, inside a
+            // commit that holds the write lock, only past 200 MB of WAL, as a backstop. Cutting
+            // the WAL file back also happens inside a commit, with every writer waiting, so only
+            // one grown past 256 MB (a long read holding checkpoints back) is cut to that.
             .pragma("wal_autocheckpoint", "50000")
             .pragma("journal_size_limit", "268435456");
 
         // Journal mode and migrations first, on one connection: switching to WAL needs the
         // database to itself, and nothing else should see a half-migrated schema.
-        // A migration may take seconds (rebuilding a table of a million messages takes about
-        // six): sqlx would log its whole text as a slow statement; `migrate` says what it does.
+        // A migration may take seconds on a large store: sqlx would log its whole text as a slow
+        // statement; `migrate` says what it does.
         let migrating = connect.clone().disable_statement_logging();
         let mut conn =
             SqliteConnection::connect_with(&migrating).await.map_err(|e| fail(e.to_string()))?;
@@ -141,12 +138,11 @@ impl Store {
         let pool = SqlitePoolOptions::new()
             .max_connections(options.max_connections.max(2))
             .min_connections(1)
-            // A connection to a local file cannot go stale; the ping before every query cost
-            // a round trip to the connection's thread (about 0.1 ms) each time.
+            // A connection to a local file cannot go stale; a ping before every query is a
+            // needless round trip to the connection's thread.
             .test_before_acquire(false)
             // Readers keep 8 MiB of pages each (SQLite's default is 2): a search walks the
-            // index's lists of common words, several MiB in a big store, and with less they
-            // were read again from the mapped file, page by page, on every search (-17%).
+            // index's lists of common words, several MiB in a big store.
             .connect_with(connect.pragma("cache_size", "-8192"))
             .await
             .map_err(|e| fail(e.to_string()))?;
