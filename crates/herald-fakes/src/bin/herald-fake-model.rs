@@ -12,6 +12,7 @@ const USAGE: &str = "usage: herald-fake-model [--listen ADDR]   (default 127.0.0
 Serves POST /v1/chat/completions and GET /v1/models like an OpenAI-compatible provider, and
   POST /_fake/reply   {\"text\":\"hi\"} | {\"tool_calls\":[{\"name\":\"current_time\",\"arguments\":{}}]} | {\"raw\":{...}}
   POST /_fake/fault   {\"status\":{\"code\":429,\"retry_after\":2}} | {\"delay_ms\":1500} | \"malformed\" | \"drop\"
+  POST /_fake/usage   {\"prompt_tokens\":7000,\"completion_tokens\":50}   (reported by the next answer)
   GET  /_fake/requests, GET /_fake/authorizations, POST /_fake/reset
 until SIGINT or SIGTERM.";
 

@@ -3,7 +3,8 @@
 //!
 //! Each request is answered, in this order of precedence, by a queued [`Fault`], the sticky
 //! fault of [`FakeModel::always_fail`], a queued [`Reply`], or the default behaviour (echo, and
-//! tool calls for `search for ...` and `what time ...`). Every request body is recorded.
+//! tool calls for `search for ...` and `what time ...`). Every request body is recorded. An
+//! answer reports the next queued usage ([`FakeModel::push_usage`]), else a rough estimate.
 
 mod faults;
 mod script;
@@ -85,6 +86,13 @@ impl FakeModel {
         self.shared.lock().faults.push_back(fault);
     }
 
+    /// Makes the next answer report these token counts instead of the estimate, after any queued
+    /// ones; a [`Reply::Raw`] answer carries its own and leaves the queue alone. Over HTTP:
+    /// `POST /_fake/usage {"prompt_tokens": 7000, "completion_tokens": 50}`.
+    pub fn push_usage(&self, prompt_tokens: u64, completion_tokens: u64) {
+        self.shared.lock().usages.push_back(wire::Usage { prompt_tokens, completion_tokens });
+    }
+
     /// Answers every request with `fault` once the queued faults are used up, until [`reset`].
     ///
     /// [`reset`]: FakeModel::reset
@@ -114,7 +122,7 @@ impl FakeModel {
         self.shared.lock().authorizations.clone()
     }
 
-    /// Forgets queued replies and faults, the sticky fault, the latency and the recorded requests.
+    /// Forgets queued replies, usages and faults, the sticky fault, the latency and the recorded requests.
     pub fn reset(&self) {
         self.shared.lock().reset();
     }

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use super::faults::{self, Fault};
 use super::script::Reply;
 use super::state::Shared;
-use super::wire::{self, ChatRequest};
+use super::wire::{self, ChatRequest, Usage};
 
 /// Long conversations are big; the default 2 MB limit is too tight for a model API.
 const BODY_LIMIT: usize = 64 * 1024 * 1024;
@@ -75,6 +75,7 @@ fn routes() -> Router<Ctx> {
         .route("/models", get(models))
         .route("/_fake/reply", post(push_reply))
         .route("/_fake/fault", post(push_fault))
+        .route("/_fake/usage", post(push_usage))
         .route("/_fake/requests", get(requests))
         .route("/_fake/authorizations", get(authorizations))
         .route("/_fake/reset", post(reset))
@@ -116,11 +117,11 @@ async fn chat(State(ctx): State<Ctx>, headers: HeaderMap, body: Bytes) -> Respon
     if let Err(message) = request.validate() {
         return bad_request(&message);
     }
-    let (id, answer) = {
+    let (id, (answer, usage)) = {
         let mut state = ctx.shared.lock();
         (state.completion_id(), state.answer(&request))
     };
-    Json(wire::completion(id, &request, answer)).into_response()
+    Json(wire::completion(id, &request, answer, usage)).into_response()
 }
 
 fn bad_request(message: &str) -> Response {
@@ -151,6 +152,12 @@ async fn push_fault(State(ctx): State<Ctx>, Json(fault): Json<Fault>) -> Json<Va
     let mut state = ctx.shared.lock();
     state.faults.push_back(fault);
     Json(json!({ "queued_faults": state.faults.len() }))
+}
+
+async fn push_usage(State(ctx): State<Ctx>, Json(usage): Json<Usage>) -> Json<Value> {
+    let mut state = ctx.shared.lock();
+    state.usages.push_back(usage);
+    Json(json!({ "queued_usages": state.usages.len() }))
 }
 
 async fn requests(State(ctx): State<Ctx>) -> Json<Vec<Value>> {

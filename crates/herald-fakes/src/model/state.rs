@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::faults::Fault;
 use super::script::{self, Answer, Reply};
-use super::wire::ChatRequest;
+use super::wire::{ChatRequest, Usage};
 
 /// The state shared by the server's handlers and the [`super::FakeModel`] handle.
 #[derive(Debug, Default)]
@@ -28,6 +28,7 @@ impl Shared {
 pub(crate) struct State {
     pub faults: VecDeque<Fault>,
     pub replies: VecDeque<Reply>,
+    pub usages: VecDeque<Usage>,
     pub always: Option<Fault>,
     pub latency: Duration,
     pub requests: Vec<Value>,
@@ -44,17 +45,23 @@ impl State {
         self.faults.pop_front().or_else(|| self.always.clone())
     }
 
-    /// Decides the answer to a valid request: the next scripted reply, else the default.
-    pub(crate) fn answer(&mut self, request: &ChatRequest) -> Answer {
+    /// Decides the answer to a valid request: the next scripted reply, else the default; and
+    /// the next scripted usage for it, unless the answer is a raw body that has its own.
+    pub(crate) fn answer(&mut self, request: &ChatRequest) -> (Answer, Option<Usage>) {
         let reply = self.replies.pop_front();
         let mut next_id = || {
             self.next_call += 1;
             format!("call_{}", self.next_call)
         };
-        match reply {
+        let answer = match reply {
             Some(reply) => script::scripted(reply, &mut next_id),
             None => script::default_answer(request, &mut next_id),
-        }
+        };
+        let usage = match answer {
+            Answer::Raw(_) => None,
+            _ => self.usages.pop_front(),
+        };
+        (answer, usage)
     }
 
     /// A fresh completion id.
@@ -67,6 +74,7 @@ impl State {
     pub(crate) fn reset(&mut self) {
         self.faults.clear();
         self.replies.clear();
+        self.usages.clear();
         self.always = None;
         self.latency = Duration::ZERO;
         self.requests.clear();

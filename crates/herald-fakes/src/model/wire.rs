@@ -97,6 +97,12 @@ struct ToolFunction {
 }
 
 impl ChatRequest {
+    /// The rough size of the messages in tokens; tool definitions are not counted.
+    pub(crate) fn prompt_tokens(&self) -> u64 {
+        // A few tokens a message for its role and framing, as real chat templates add.
+        self.messages.iter().map(|m| rough_tokens(&m.text()) + 4).sum()
+    }
+
     /// Whether the request offers a tool named `name`.
     pub(crate) fn offers(&self, name: &str) -> bool {
         self.tools.iter().flatten().any(|tool| tool.function.name == name)
@@ -156,8 +162,22 @@ impl Message {
     }
 }
 
-/// The response body for an answer (a raw answer is its own body).
-pub(crate) fn completion(id: String, request: &ChatRequest, answer: Answer) -> Value {
+/// Token counts to report instead of the estimate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+pub(crate) struct Usage {
+    pub prompt_tokens: u64,
+    #[serde(default)]
+    pub completion_tokens: u64,
+}
+
+/// The response body for an answer (a raw answer is its own body), reporting `usage` if given
+/// and else the rough estimate.
+pub(crate) fn completion(
+    id: String,
+    request: &ChatRequest,
+    answer: Answer,
+    usage: Option<Usage>,
+) -> Value {
     let (message, finish_reason, completion_tokens) = match answer {
         Answer::Raw(body) => return body,
         Answer::Text(text) => {
@@ -184,7 +204,8 @@ pub(crate) fn completion(id: String, request: &ChatRequest, answer: Answer) -> V
             )
         }
     };
-    let prompt_tokens: u64 = request.messages.iter().map(|m| rough_tokens(&m.text()) + 4).sum();
+    let Usage { prompt_tokens, completion_tokens } =
+        usage.unwrap_or(Usage { prompt_tokens: request.prompt_tokens(), completion_tokens });
     json!({
         "id": id,
         "object": "chat.completion",

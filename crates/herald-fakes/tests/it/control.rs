@@ -78,3 +78,18 @@ async fn a_bad_script_is_refused_and_changes_nothing() {
     );
     assert_eq!(message(&chat(&fake, user("plain"), &[]).await)["content"], "echo: plain");
 }
+
+#[tokio::test]
+async fn usage_is_scripted_over_http() {
+    let fake = FakeModel::start().await;
+    assert_eq!(
+        control(&fake, "usage", json!({"prompt_tokens": 7000, "completion_tokens": 50})).await,
+        200
+    );
+    assert_eq!(control(&fake, "usage", json!({"prompt_tokens": 7100})).await, 200);
+    assert_eq!(control(&fake, "usage", json!({"completion_tokens": 1})).await, 422);
+    let reported =
+        |c: Value| (c["usage"]["prompt_tokens"].clone(), c["usage"]["completion_tokens"].clone());
+    assert_eq!(reported(chat(&fake, user("a"), &[]).await), (json!(7000), json!(50)));
+    assert_eq!(reported(chat(&fake, user("b"), &[]).await), (json!(7100), json!(0)));
+}

@@ -8,6 +8,7 @@ mod defaults;
 mod faults;
 mod script;
 mod telegram;
+mod usage;
 
 use herald_fakes::FakeModel;
 use serde_json::{Value, json};
