@@ -13,6 +13,7 @@ Serves POST /v1/chat/completions and GET /v1/models like an OpenAI-compatible pr
   POST /_fake/reply   {\"text\":\"hi\"} | {\"tool_calls\":[{\"name\":\"current_time\",\"arguments\":{}}]} | {\"raw\":{...}}
   POST /_fake/fault   {\"status\":{\"code\":429,\"retry_after\":2}} | {\"delay_ms\":1500} | \"malformed\" | \"drop\"
   POST /_fake/usage   {\"prompt_tokens\":7000,\"completion_tokens\":50}   (reported by the next answer)
+  POST /_fake/context_window   {\"tokens\":8192} | {\"tokens\":null}   (longer prompts get OpenAI's 400 context_length_exceeded)
   GET  /_fake/requests, GET /_fake/authorizations, POST /_fake/reset
 until SIGINT or SIGTERM.";
 

@@ -5,6 +5,10 @@
 //! fault of [`FakeModel::always_fail`], a queued [`Reply`], or the default behaviour (echo, and
 //! tool calls for `search for ...` and `what time ...`). Every request body is recorded. An
 //! answer reports the next queued usage ([`FakeModel::push_usage`]), else a rough estimate.
+//!
+//! While a context window is set ([`FakeModel::set_context_window`]), a request that gets past
+//! the faults with a prompt larger than the window is refused as OpenAI refuses it, and takes
+//! no reply or usage from the queues.
 
 mod faults;
 mod script;
@@ -93,6 +97,14 @@ impl FakeModel {
         self.shared.lock().usages.push_back(wire::Usage { prompt_tokens, completion_tokens });
     }
 
+    /// Refuses, while set, every request whose prompt is larger than `tokens`, with OpenAI's 400
+    /// `context_length_exceeded`. The prompt is the rough estimate the fake reports as
+    /// `prompt_tokens`, counting the messages only: tool definitions are left out. Over HTTP:
+    /// `POST /_fake/context_window {"tokens": 8192}`, or `{"tokens": null}` to lift it.
+    pub fn set_context_window(&self, tokens: Option<u64>) {
+        self.shared.lock().context_window = tokens;
+    }
+
     /// Answers every request with `fault` once the queued faults are used up, until [`reset`].
     ///
     /// [`reset`]: FakeModel::reset
@@ -122,7 +134,8 @@ impl FakeModel {
         self.shared.lock().authorizations.clone()
     }
 
-    /// Forgets queued replies, usages and faults, the sticky fault, the latency and the recorded requests.
+    /// Forgets queued replies, usages and faults, the sticky fault, the latency, the context
+    /// window and the recorded requests.
     pub fn reset(&self) {
         self.shared.lock().reset();
     }

@@ -18,6 +18,7 @@ use axum::routing::{get, post};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
+use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -76,6 +77,7 @@ fn routes() -> Router<Ctx> {
         .route("/_fake/reply", post(push_reply))
         .route("/_fake/fault", post(push_fault))
         .route("/_fake/usage", post(push_usage))
+        .route("/_fake/context_window", post(set_context_window))
         .route("/_fake/requests", get(requests))
         .route("/_fake/authorizations", get(authorizations))
         .route("/_fake/reset", post(reset))
@@ -116,6 +118,12 @@ async fn chat(State(ctx): State<Ctx>, headers: HeaderMap, body: Bytes) -> Respon
     };
     if let Err(message) = request.validate() {
         return bad_request(&message);
+    }
+    let prompt_tokens = request.prompt_tokens();
+    let window = ctx.shared.lock().context_window;
+    if let Some(limit) = window.filter(|limit| prompt_tokens > *limit) {
+        let body = wire::context_length_exceeded(limit, prompt_tokens);
+        return (StatusCode::BAD_REQUEST, Json(body)).into_response();
     }
     let (id, (answer, usage)) = {
         let mut state = ctx.shared.lock();
@@ -158,6 +166,21 @@ async fn push_usage(State(ctx): State<Ctx>, Json(usage): Json<Usage>) -> Json<Va
     let mut state = ctx.shared.lock();
     state.usages.push_back(usage);
     Json(json!({ "queued_usages": state.usages.len() }))
+}
+
+/// The body of `POST /_fake/context_window`; `null` or no `tokens` lifts the limit.
+#[derive(Deserialize)]
+struct ContextWindow {
+    tokens: Option<u64>,
+}
+
+async fn set_context_window(
+    State(ctx): State<Ctx>,
+    Json(window): Json<Option<ContextWindow>>,
+) -> Json<Value> {
+    let tokens = window.and_then(|w| w.tokens);
+    ctx.shared.lock().context_window = tokens;
+    Json(json!({ "context_window": tokens }))
 }
 
 async fn requests(State(ctx): State<Ctx>) -> Json<Vec<Value>> {

@@ -31,6 +31,7 @@ pub(crate) struct State {
     pub usages: VecDeque<Usage>,
     pub always: Option<Fault>,
     pub latency: Duration,
+    pub context_window: Option<u64>,
     pub requests: Vec<Value>,
     pub authorizations: Vec<Option<String>>,
     next_call: u64,
@@ -77,6 +78,7 @@ impl State {
         self.usages.clear();
         self.always = None;
         self.latency = Duration::ZERO;
+        self.context_window = None;
         self.requests.clear();
         self.authorizations.clear();
     }

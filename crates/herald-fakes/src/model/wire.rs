@@ -233,6 +233,20 @@ pub(crate) fn error(message: &str, kind: &str, code: Option<&str>) -> Value {
     json!({ "error": { "message": message, "type": kind, "param": null, "code": code } })
 }
 
+/// OpenAI's refusal of a prompt of `tokens` tokens by a model with a window of `limit`.
+pub(crate) fn context_length_exceeded(limit: u64, tokens: u64) -> Value {
+    let message = format!(
+        "This model's maximum context length is {limit} tokens. However, your messages resulted \
+         in {tokens} tokens. Please reduce the length of the messages."
+    );
+    json!({ "error": {
+        "message": message,
+        "type": "invalid_request_error",
+        "param": "messages",
+        "code": "context_length_exceeded",
+    } })
+}
+
 /// About four characters a token, like English text with real tokenizers.
 fn rough_tokens(text: &str) -> u64 {
     u64::try_from(text.chars().count().div_ceil(4)).unwrap_or(u64::MAX)

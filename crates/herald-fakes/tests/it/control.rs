@@ -93,3 +93,17 @@ async fn usage_is_scripted_over_http() {
     assert_eq!(reported(chat(&fake, user("a"), &[]).await), (json!(7000), json!(50)));
     assert_eq!(reported(chat(&fake, user("b"), &[]).await), (json!(7100), json!(0)));
 }
+
+#[tokio::test]
+async fn the_context_window_is_set_and_lifted_over_http() {
+    let fake = FakeModel::start().await;
+    let request = json!({"messages": user("hi")});
+    assert_eq!(control(&fake, "context_window", json!({"tokens": 1})).await, 200);
+    assert_eq!(post(&fake, &request).await.status(), 400);
+    assert_eq!(control(&fake, "context_window", json!({"tokens": null})).await, 200);
+    assert_eq!(post(&fake, &request).await.status(), 200);
+    assert_eq!(control(&fake, "context_window", json!({"tokens": 1})).await, 200);
+    assert_eq!(control(&fake, "context_window", Value::Null).await, 200);
+    assert_eq!(post(&fake, &request).await.status(), 200);
+    assert_eq!(control(&fake, "context_window", json!({"tokens": "many"})).await, 422);
+}

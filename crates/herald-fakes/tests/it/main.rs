@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod binary;
+mod context_window;
 mod control;
 mod defaults;
 mod faults;
