@@ -6,6 +6,7 @@ use reqwest::StatusCode;
 use reqwest::header::RETRY_AFTER;
 use tracing::{debug, warn};
 
+use super::error::context_too_long;
 use super::wire::{Request, Response, error_message};
 use super::{ChatRequest, Completion, Provider, ProviderError, RetryPolicy};
 
@@ -95,6 +96,9 @@ impl OpenAiProvider {
                 );
             }
         };
+        if let Some(detail) = context_too_long(status.as_u16(), &text) {
+            return Attempt::Fail(ProviderError::ContextTooLong { detail });
+        }
         let endpoint = self.url.clone();
         match status {
             s if s.is_success() => match serde_json::from_str::<Response>(&text)

@@ -129,25 +129,45 @@ impl Response {
     }
 }
 
-/// OpenAI's error body, for a readable message.
-#[derive(Debug, Deserialize)]
-pub(crate) struct ErrorBody {
-    error: ErrorDetail,
+/// What an error response says, from OpenAI's `{"error": {"message", "code"}}` or the shapes
+/// other servers use (`{"error": "..."}`, `{"message": "..."}`, `{"detail": "..."}`, plain text).
+pub(crate) struct ErrorReport {
+    /// The message, as sent.
+    pub message: String,
+    /// OpenAI's string `code`, such as `context_length_exceeded`; numeric codes are left out.
+    pub code: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
-struct ErrorDetail {
-    message: String,
+impl ErrorReport {
+    /// The message on one line, shortened.
+    pub(crate) fn short_message(&self) -> String {
+        let line = self.message.split_whitespace().collect::<Vec<_>>().join(" ");
+        match line.char_indices().nth(200) {
+            Some((i, _)) => format!("{}…", &line[..i]),
+            None if line.is_empty() => "no details".to_owned(),
+            None => line,
+        }
+    }
+}
+
+/// Reads an error response body of any of the usual shapes.
+pub(crate) fn read_error(body: &str) -> ErrorReport {
+    let Ok(json) = serde_json::from_str::<serde_json::Value>(body) else {
+        return ErrorReport { message: body.to_owned(), code: None };
+    };
+    let error = json.get("error");
+    let message =
+        [error.and_then(|e| e.get("message")), error, json.get("message"), json.get("detail")]
+            .into_iter()
+            .flatten()
+            .find_map(serde_json::Value::as_str)
+            .map_or_else(|| body.to_owned(), str::to_owned);
+    let code =
+        error.and_then(|e| e.get("code")).and_then(serde_json::Value::as_str).map(str::to_owned);
+    ErrorReport { message, code }
 }
 
 /// The endpoint's own words for a failed request, shortened to one line.
 pub(crate) fn error_message(body: &str) -> String {
-    let text = serde_json::from_str::<ErrorBody>(body)
-        .map_or_else(|_| body.to_owned(), |b| b.error.message);
-    let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    match line.char_indices().nth(200) {
-        Some((i, _)) => format!("{}…", &line[..i]),
-        None if line.is_empty() => "no details".to_owned(),
-        None => line,
-    }
+    read_error(body).short_message()
 }

@@ -95,3 +95,27 @@ async fn an_endpoint_that_is_down_is_named() {
     assert!(matches!(err, ProviderError::Unreachable { .. }), "{err:?}");
     assert!(err.to_string().contains("base_url"), "{err}");
 }
+
+#[tokio::test]
+async fn a_prompt_over_the_context_window_is_context_too_long_and_not_retried() {
+    let fake = FakeModel::start().await;
+    fake.set_context_window(Some(3));
+    let err = ask(&fake, Duration::from_secs(10)).await.unwrap_err();
+    let ProviderError::ContextTooLong { detail } = &err else {
+        panic!("expected ContextTooLong, got {err:?}");
+    };
+    assert!(detail.contains("maximum context length is 3 tokens"), "{detail}");
+    assert!(err.to_string().starts_with("the conversation is too long"), "{err}");
+    assert_eq!(fake.request_count(), 1, "the same request would be refused again");
+
+    fake.set_context_window(None);
+    assert_eq!(ask(&fake, Duration::from_secs(10)).await.unwrap().message.content, "echo: hi");
+}
+
+#[tokio::test]
+async fn another_400_is_still_rejected() {
+    let fake = FakeModel::start().await;
+    fake.push_fault(Fault::status(400));
+    let err = ask(&fake, Duration::from_secs(10)).await.unwrap_err();
+    assert!(matches!(err, ProviderError::Rejected { status: 400, .. }), "{err:?}");
+}
