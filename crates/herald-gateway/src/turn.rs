@@ -106,6 +106,9 @@ impl Failure {
             Failure::Model(ProviderError::Unreachable { .. } | ProviderError::Server { .. }) => {
                 "the model could not be reached"
             }
+            Failure::Model(ProviderError::ContextTooLong { .. }) => {
+                "the conversation is too long for the model"
+            }
             Failure::Model(_) => "the model refused the request",
             Failure::Store => "I could not save the conversation",
             Failure::Cancelled => "the answer was stopped",
