@@ -31,6 +31,9 @@ pub struct TurnOutput {
     pub messages: Vec<Message>,
     /// Tokens over all model calls of the turn.
     pub usage: Usage,
+    /// How full the context is now: the last model call's prompt plus completion tokens, or 0
+    /// when the endpoint reported no usage for it.
+    pub context_tokens: u64,
     /// Whether the turn stopped at the iteration cap.
     pub hit_iteration_cap: bool,
 }
@@ -72,6 +75,7 @@ impl<P: Provider> Agent<'_, P> {
         let mut conversation = history.to_vec();
         let first_new = conversation.len();
         let mut usage = Usage::default();
+        let mut context_tokens = 0;
         for iteration in 1..=self.max_iterations {
             let request = ChatRequest {
                 model: self.model,
@@ -84,13 +88,16 @@ impl<P: Provider> Agent<'_, P> {
                 () = cancel.cancelled() => return Err(TurnError::Cancelled),
                 result = self.provider.complete(request) => result?,
             };
+            // Each call resends the whole conversation, so the last one alone measures it.
+            context_tokens =
+                completion.usage.map_or(0, |u| u.prompt_tokens.saturating_add(u.completion_tokens));
             if let Some(u) = completion.usage {
                 usage += u;
             }
             let calls = completion.message.tool_calls.clone();
             conversation.push(completion.message);
             if calls.is_empty() {
-                return Ok(done(conversation, first_new, usage, false));
+                return Ok(done(conversation, first_new, usage, context_tokens, false));
             }
             debug!(iteration, calls = calls.len(), "running tool calls");
             for call in calls {
@@ -105,7 +112,7 @@ impl<P: Provider> Agent<'_, P> {
             "I stopped after {} steps without finishing. Say \"continue\" if you want me to go on.",
             self.max_iterations
         )));
-        Ok(done(conversation, first_new, usage, true))
+        Ok(done(conversation, first_new, usage, context_tokens, true))
     }
 
     /// A tool's output, or what went wrong as a message the model can act on.
@@ -143,8 +150,9 @@ fn done(
     conversation: Vec<Message>,
     first_new: usize,
     usage: Usage,
+    context_tokens: u64,
     hit_iteration_cap: bool,
 ) -> TurnOutput {
     let messages = conversation.into_iter().skip(first_new).collect();
-    TurnOutput { messages, usage, hit_iteration_cap }
+    TurnOutput { messages, usage, context_tokens, hit_iteration_cap }
 }

@@ -131,3 +131,28 @@ async fn cancelling_stops_the_turn() {
     assert!(matches!(result, Err(herald_agent::TurnError::Cancelled)), "{result:?}");
     assert!(started.elapsed() < Duration::from_secs(3));
 }
+
+#[tokio::test]
+async fn context_tokens_are_the_last_calls_and_usage_the_sum_of_all() {
+    let fake = FakeModel::start().await;
+    fake.push_usage(100, 10);
+    fake.push_usage(300, 20);
+    let out = run(&fake, &time_tools(), "what time is it?", 5).await;
+    assert_eq!(fake.request_count(), 2, "a tool round trip");
+    assert_eq!(out.usage, herald_agent::Usage { prompt_tokens: 400, completion_tokens: 30 });
+    assert_eq!(out.context_tokens, 320);
+}
+
+#[tokio::test]
+async fn context_tokens_are_zero_when_the_last_call_reports_no_usage() {
+    let fake = FakeModel::start().await;
+    fake.push_reply(Reply::tool_call("current_time", "{}"));
+    fake.push_usage(500, 5);
+    let no_usage =
+        serde_json::json!({"choices": [{"message": {"role": "assistant", "content": "done"}}]});
+    fake.push_reply(Reply::Raw(no_usage));
+    let out = run(&fake, &time_tools(), "go", 5).await;
+    assert_eq!(out.reply(), "done");
+    assert_eq!(out.usage, herald_agent::Usage { prompt_tokens: 500, completion_tokens: 5 });
+    assert_eq!(out.context_tokens, 0);
+}
