@@ -14,6 +14,7 @@ mod group;
 mod health;
 mod history;
 mod index;
+mod lineage;
 mod messages;
 mod migrate;
 mod numbers;

@@ -223,7 +223,7 @@ async fn stats_count_sessions_and_messages() {
 async fn turns_add_their_tokens_and_sessions_reopen() {
     let (store, _dir) = fresh().await;
     let s = store.create_session(&session_for(Platform::Cli, "me")).await.unwrap();
-    let usage = herald_store::TokenUsage { input: 120, output: 30 };
+    let usage = herald_store::TokenUsage { input: 120, output: 30, context: 150 };
     store.append_turn(&s.id, turn(1), usage).await.unwrap();
     store.append_turn(&s.id, turn(2), usage).await.unwrap();
     store.end_session(&s.id, "cli exit").await.unwrap();
@@ -274,7 +274,7 @@ async fn a_closed_store_refuses_writes_and_leaves_the_file_whole() {
 async fn tokens_for_a_missing_session_fail_even_without_messages() {
     let (store, _dir) = fresh().await;
     let s = store.create_session(&session_for(Platform::Cli, "me")).await.unwrap();
-    let usage = herald_store::TokenUsage { input: 7, output: 3 };
+    let usage = herald_store::TokenUsage { input: 7, output: 3, context: 0 };
     // One batch; the empty append inserts no message whose foreign key could fail.
     let (bad, good) = tokio::join!(
         store.append_turn("no-such-session", Vec::new(), usage),
