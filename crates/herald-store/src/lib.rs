@@ -25,6 +25,7 @@ mod raw;
 mod routes;
 mod search;
 mod sessions;
+mod short_ids;
 mod snippet;
 mod stats;
 mod time;

@@ -134,13 +134,22 @@ impl Store {
         Ok(found.map(|session| self.noted(session)))
     }
 
-    /// Finds a session by exact id, exact title, or a unique id prefix.
+    /// Finds a session by exact id, exact title, or a unique id prefix (which may end in the
+    /// `…` of a short id).
     ///
-    /// A plain title (one without a trailing ` #N`) names its whole chain: it reaches the
-    /// chain's newest session, where the conversation goes on after compressions. A numbered
-    /// title (`trip #2`, given to a child by compression) and an id reach exactly their session.
+    /// A plain title (one without a trailing ` #N`) names its whole chain: when its session has
+    /// ended, it reaches the chain's newest session, where the conversation went on after
+    /// compressions. A numbered title (`trip #2`, given to a child by compression) and an id
+    /// reach exactly their session.
     pub async fn resolve_session(&self, reference: &str) -> Result<Session, StoreError> {
         let reference = reference.trim();
+        // A short id copied with the `…` it is shown with.
+        let reference = match reference.strip_suffix('…') {
+            Some(id) if !id.is_empty() && id.chars().all(|c| c.is_ascii_hexdigit() || c == '-') => {
+                id
+            }
+            _ => reference,
+        };
         let not_found = || StoreError::SessionNotFound(reference.to_owned());
         if reference.is_empty() {
             return Err(not_found());
@@ -159,7 +168,8 @@ impl Store {
         }
         if let Some(titled) = found.iter().position(|s| s.title.as_deref() == Some(reference)) {
             let titled = found.swap_remove(titled);
-            if crate::lineage::split_number(reference).0 != reference {
+            let numbered = crate::lineage::split_number(reference).0 != reference;
+            if numbered || titled.ended_at.is_none() {
                 return Ok(self.noted(titled));
             }
             return self.newest_in_chain(&titled.id).await;

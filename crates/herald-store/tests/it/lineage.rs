@@ -152,6 +152,7 @@ async fn titles_number_along_the_chain_and_the_name_reaches_the_newest() {
     let (store, _dir) = fresh().await;
     let first = routed(&store).await;
     store.rename_session(&first.id, "trip").await.unwrap();
+    assert_eq!(store.resolve_session("trip").await.unwrap().id, first.id);
     let second = compress(&store, &first.id, "one").await;
     let third = compress(&store, &second.id, "two").await;
     let titles: Vec<Option<String>> =

@@ -285,3 +285,23 @@ async fn tokens_for_a_missing_session_fail_even_without_messages() {
     let stored = store.session(&s.id).await.unwrap().unwrap();
     assert_eq!((stored.input_tokens, stored.output_tokens), (7, 3));
 }
+
+#[tokio::test]
+async fn short_ids_are_unique_prefixes_that_resolve() {
+    let (store, _dir) = fresh().await;
+    let mut ids = Vec::new();
+    for _ in 0..20 {
+        ids.push(store.create_session(&session_for(Platform::Cli, "me")).await.unwrap().id);
+    }
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let short = store.short_ids(&refs).await.unwrap();
+    for (id, short) in ids.iter().zip(&short) {
+        assert!(id.starts_with(short.as_str()) && short.len() >= 8, "{short} of {id}");
+        assert!(!short.ends_with('-'), "{short}");
+        assert_eq!(store.resolve_session(short).await.unwrap().id, *id);
+        assert_eq!(store.resolve_session(&format!("{short}…")).await.unwrap().id, *id);
+    }
+    // A title ending in `…` is still found as it is.
+    store.rename_session(&ids[0], "to be continued…").await.unwrap();
+    assert_eq!(store.resolve_session("to be continued…").await.unwrap().id, ids[0]);
+}
