@@ -80,5 +80,9 @@ pub fn to_store(message: &Message) -> NewMessage {
 /// The agent's token counts in the store's terms.
 pub fn usage(usage: Usage) -> TokenUsage {
     let clamp = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
-    TokenUsage { input: clamp(usage.prompt_tokens), output: clamp(usage.completion_tokens) }
+    TokenUsage {
+        input: clamp(usage.prompt_tokens),
+        output: clamp(usage.completion_tokens),
+        ..TokenUsage::default()
+    }
 }

@@ -215,38 +215,45 @@ fn inbound_statements(
         .collect()
 }
 
-/// Adds each append to its session's counters: one row per session, named by id and number
-/// (a row whose number no longer goes with its id changes nothing).
+/// Adds each append to its session's counters, and sets its context size to the last one
+/// reported: one row per session, named by id and number (a row whose number no longer goes
+/// with its id changes nothing).
 fn counter_statements(
     appends: &[&Append],
     numbers: &HashMap<&str, i64>,
     now: i64,
 ) -> Result<Vec<Statement>, StoreError> {
-    let mut totals: BTreeMap<&str, [i64; 4]> = BTreeMap::new();
+    let mut totals: BTreeMap<&str, [i64; 5]> = BTreeMap::new();
     for append in appends {
         let t = totals.entry(append.session_id.as_str()).or_default();
         t[0] += append.messages.len() as i64;
         t[1] += append.messages.iter().map(NewMessage::tool_call_count).sum::<i64>();
         t[2] += append.usage.input;
         t[3] += append.usage.output;
+        // Appends of a batch are in the order they were made: the last report is the newest.
+        if append.usage.context > 0 {
+            t[4] = append.usage.context;
+        }
     }
     let rows: Vec<_> = totals.into_iter().collect();
     rows.chunks(ROWS_PER_INSERT)
         .map(|chunk| {
             let sql = format!(
-                "WITH d (id, no, messages, calls, input, output) AS (VALUES {})
+                "WITH d (id, no, messages, calls, input, output, context) AS (VALUES {})
                  UPDATE sessions SET message_count = message_count + d.messages,
                         tool_call_count = tool_call_count + d.calls,
                         input_tokens = input_tokens + d.input, output_tokens = output_tokens + d.output,
+                        context_tokens = CASE WHEN d.context > 0 THEN d.context
+                                              ELSE context_tokens END,
                         updated_at = ?
                  FROM d WHERE sessions.no = d.no AND sessions.id = d.id",
-                placeholders(chunk.len(), 6)
+                placeholders(chunk.len(), 7)
             );
             let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
-            for (id, [messages, calls, input, output]) in chunk {
+            for (id, [messages, calls, input, output, context]) in chunk {
                 let no = numbers.get(id).copied();
                 query = query.bind(id.to_string()).bind(no).bind(*messages).bind(*calls);
-                query = query.bind(*input).bind(*output);
+                query = query.bind(*input).bind(*output).bind(*context);
             }
             Statement::new(query.bind(now), chunk.len())
         })

@@ -52,6 +52,18 @@ pub enum StoreError {
         /// The session that has it.
         session_id: String,
     },
+    /// The session has ended (compressed into a child, or closed), so it cannot be continued
+    /// again: a second compression of it would split its chain.
+    #[error(
+        "session {id} has ended{}",
+        newest.as_ref().map(|n| format!("; its conversation continues in {n}")).unwrap_or_default()
+    )]
+    AlreadyContinued {
+        /// The ended session.
+        id: String,
+        /// The newest session of its chain, when another session continues it.
+        newest: Option<String>,
+    },
     /// Tool calls that could not be encoded as JSON.
     #[error("could not encode tool calls as JSON: {0}")]
     Json(#[from] serde_json::Error),

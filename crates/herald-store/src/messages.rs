@@ -132,13 +132,17 @@ pub struct Delivery {
     pub text: String,
 }
 
-/// Tokens the model reported for a turn, added to the session's totals.
+/// Tokens the model reported for a turn: `input` and `output` are added to the session's
+/// totals, `context` replaces its [`Session::context_tokens`](crate::Session::context_tokens).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TokenUsage {
     /// Prompt tokens.
     pub input: i64,
     /// Completion tokens.
     pub output: i64,
+    /// The last model call's prompt plus completion; 0 when not reported (the stored value
+    /// stays).
+    pub context: i64,
 }
 
 /// What an append did.

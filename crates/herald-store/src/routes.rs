@@ -6,7 +6,7 @@ use sqlx::SqliteConnection;
 
 use crate::error::StoreError;
 use crate::open::Store;
-use crate::sessions::{NewSession, Session, end_session, insert_session};
+use crate::sessions::{NewSession, Session, end_session, insert_session, read_session};
 use crate::time::now_ms;
 use crate::write::write_tx;
 
@@ -45,7 +45,9 @@ impl Store {
                         .fetch_optional(&mut *conn)
                         .await?;
                 if let Some(id) = current {
-                    let session = fetch_session(conn, &id).await?;
+                    let session = read_session(conn, &id)
+                        .await?
+                        .ok_or_else(|| StoreError::SessionNotFound(id.clone()))?;
                     return Ok((session, false));
                 }
                 let session = insert_session(conn, &new).await?;
@@ -97,15 +99,4 @@ async fn upsert_route(
     .execute(&mut *conn)
     .await?;
     Ok(())
-}
-
-async fn fetch_session(conn: &mut SqliteConnection, id: &str) -> Result<Session, StoreError> {
-    sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "SELECT {} FROM sessions WHERE id = ?",
-        crate::sessions::SESSION_COLUMNS
-    )))
-    .bind(id)
-    .fetch_optional(&mut *conn)
-    .await?
-    .ok_or_else(|| StoreError::SessionNotFound(id.to_owned()))
 }

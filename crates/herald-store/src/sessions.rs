@@ -1,5 +1,5 @@
 //! Sessions: creation with a deduplicated system prompt, lookup, listing, renaming,
-//! ending, deleting and pruning.
+//! ending, deleting and pruning (chains of sessions are in `lineage.rs`).
 
 use std::time::Duration;
 
@@ -15,7 +15,7 @@ use crate::write::write_tx;
 
 pub(crate) const SESSION_COLUMNS: &str = "id, source, session_key, chat_id, thread_id, user_id, chat_type, \
     title, model, system_prompt_hash, parent_session_id, started_at, updated_at, ended_at, \
-    end_reason, message_count, tool_call_count, input_tokens, output_tokens, no";
+    end_reason, message_count, tool_call_count, input_tokens, output_tokens, context_tokens, no";
 
 /// A conversation: one chat window, or one run of `herald chat`.
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
@@ -59,6 +59,8 @@ pub struct Session {
     pub input_tokens: i64,
     /// Completion tokens reported by the model.
     pub output_tokens: i64,
+    /// Tokens of the last model call, prompt plus completion: how full the context is now.
+    pub context_tokens: i64,
     /// Its number in this file, which its messages are stored under.
     #[serde(skip)]
     pub(crate) no: i64,
@@ -132,9 +134,22 @@ impl Store {
         Ok(found.map(|session| self.noted(session)))
     }
 
-    /// Finds a session by exact id, exact title, or a unique id prefix.
+    /// Finds a session by exact id, exact title, or a unique id prefix (which may end in the
+    /// `…` of a short id).
+    ///
+    /// A plain title (one without a trailing ` #N`) names its whole chain: when its session has
+    /// ended, it reaches the chain's newest session, where the conversation went on after
+    /// compressions. A numbered title (`trip #2`, given to a child by compression) and an id
+    /// reach exactly their session.
     pub async fn resolve_session(&self, reference: &str) -> Result<Session, StoreError> {
         let reference = reference.trim();
+        // A short id copied with the `…` it is shown with.
+        let reference = match reference.strip_suffix('…') {
+            Some(id) if !id.is_empty() && id.chars().all(|c| c.is_ascii_hexdigit() || c == '-') => {
+                id
+            }
+            _ => reference,
+        };
         let not_found = || StoreError::SessionNotFound(reference.to_owned());
         if reference.is_empty() {
             return Err(not_found());
@@ -152,7 +167,12 @@ impl Store {
             return Ok(self.noted(found.swap_remove(exact)));
         }
         if let Some(titled) = found.iter().position(|s| s.title.as_deref() == Some(reference)) {
-            return Ok(self.noted(found.swap_remove(titled)));
+            let titled = found.swap_remove(titled);
+            let numbered = crate::lineage::split_number(reference).0 != reference;
+            if numbered || titled.ended_at.is_none() {
+                return Ok(self.noted(titled));
+            }
+            return self.newest_in_chain(&titled.id).await;
         }
         match found.len() {
             0 => Err(not_found()),
@@ -191,23 +211,32 @@ impl Store {
         write_tx!(self, |conn| end_session(conn, id, reason))
     }
 
-    /// Opens an ended session again (resuming it), forgetting how it ended.
+    /// Opens an ended session again (resuming it), forgetting how it ended. A session another
+    /// continues is refused with [`StoreError::AlreadyContinued`]: opening it again would give
+    /// its chat two current sessions.
     pub async fn reopen_session(&self, id: &str) -> Result<(), StoreError> {
-        let found = write_tx!(self, |conn| async {
+        write_tx!(self, |conn| async {
             let found = sqlx::query(
-                "UPDATE sessions SET ended_at = NULL, end_reason = NULL, updated_at = ? WHERE id = ?",
+                "UPDATE sessions SET ended_at = NULL, end_reason = NULL, updated_at = ?1
+                 WHERE id = ?2
+                   AND NOT EXISTS (SELECT 1 FROM sessions c WHERE c.parent_session_id = ?2)",
             )
             .bind(now_ms())
             .bind(id)
             .execute(&mut *conn)
             .await?
             .rows_affected();
-            Ok::<_, StoreError>(found)
-        })?;
-        if found == 0 {
-            return Err(StoreError::SessionNotFound(id.to_owned()));
-        }
-        Ok(())
+            if found > 0 {
+                return Ok(());
+            }
+            match crate::lineage::newest_of(conn, id).await? {
+                None => Err(StoreError::SessionNotFound(id.to_owned())),
+                Some(newest) => Err(StoreError::AlreadyContinued {
+                    id: id.to_owned(),
+                    newest: Some(newest.id).filter(|n| n != id),
+                }),
+            }
+        })
     }
 
     /// Sets a session's title, or clears it when `title` is empty. Titles are unique.
@@ -238,25 +267,30 @@ impl Store {
         }
     }
 
-    /// Deletes a session and its messages; sessions that continued it lose the pointer.
-    /// Returns how many messages went with it.
+    /// Deletes a session and its messages; a session that continued it is linked to the one
+    /// it continued instead, so the rest of its chain stays linked. Returns how many messages
+    /// went with it.
     pub async fn delete_session(&self, id: &str) -> Result<i64, StoreError> {
         let deleted = write_tx!(self, |conn| async {
-            let messages: Option<i64> =
-                sqlx::query_scalar("SELECT message_count FROM sessions WHERE id = ?")
-                    .bind(id)
-                    .fetch_optional(&mut *conn)
-                    .await?;
+            let found: Option<(i64, Option<String>)> = sqlx::query_as(
+                "SELECT message_count, parent_session_id FROM sessions WHERE id = ?",
+            )
+            .bind(id)
+            .fetch_optional(&mut *conn)
+            .await?;
+            let Some((messages, parent)) = found else { return Ok(None) };
+            crate::lineage::relink_children(conn, &[(id.to_owned(), parent)]).await?;
             sqlx::query("DELETE FROM sessions WHERE id = ?").bind(id).execute(&mut *conn).await?;
             forget_unused_prompts(conn).await?;
-            Ok::<_, StoreError>(messages)
+            Ok::<_, StoreError>(Some(messages))
         })?;
         self.inner.numbers.forget(id);
         deleted.ok_or_else(|| StoreError::SessionNotFound(id.to_owned()))
     }
 
     /// Deletes ended sessions that ended more than `older_than` ago (optionally from one
-    /// source) and returns how many. Sessions still open or routed to are kept.
+    /// source) and returns how many. Sessions still open or routed to are kept, and a session
+    /// that continued a pruned one is linked to the nearest one it continues that is kept.
     pub async fn prune_sessions(
         &self,
         older_than: Duration,
@@ -264,17 +298,25 @@ impl Store {
     ) -> Result<u64, StoreError> {
         let age = i64::try_from(older_than.as_millis()).unwrap_or(i64::MAX);
         let cutoff = now_ms().saturating_sub(age);
+        const PRUNED: &str =
+            "ended_at IS NOT NULL AND ended_at < ?1 AND (?2 IS NULL OR source = ?2)
+             AND id NOT IN (SELECT session_id FROM routes)";
         write_tx!(self, |conn| async {
-            let pruned = sqlx::query(
-                "DELETE FROM sessions
-                 WHERE ended_at IS NOT NULL AND ended_at < ?1 AND (?2 IS NULL OR source = ?2)
-                   AND id NOT IN (SELECT session_id FROM routes)",
-            )
+            let doomed: Vec<(String, Option<String>)> = sqlx::query_as(sqlx::AssertSqlSafe(
+                format!("SELECT id, parent_session_id FROM sessions WHERE {PRUNED}"),
+            ))
             .bind(cutoff)
             .bind(source.map(Platform::as_str))
-            .execute(&mut *conn)
-            .await?
-            .rows_affected();
+            .fetch_all(&mut *conn)
+            .await?;
+            crate::lineage::relink_children(conn, &doomed).await?;
+            let pruned =
+                sqlx::query(sqlx::AssertSqlSafe(format!("DELETE FROM sessions WHERE {PRUNED}")))
+                    .bind(cutoff)
+                    .bind(source.map(Platform::as_str))
+                    .execute(&mut *conn)
+                    .await?
+                    .rows_affected();
             forget_unused_prompts(conn).await?;
             Ok::<_, StoreError>(pruned)
         })
@@ -340,6 +382,7 @@ pub(crate) async fn insert_sessions(
             tool_call_count: 0,
             input_tokens: 0,
             output_tokens: 0,
+            context_tokens: 0,
             no,
         })
         .collect();
@@ -413,6 +456,19 @@ pub(crate) async fn insert_session(
     .fetch_one(&mut *conn)
     .await?;
     Ok(session)
+}
+
+/// The session with exactly this id, read on `conn`.
+pub(crate) async fn read_session(
+    conn: &mut SqliteConnection,
+    id: &str,
+) -> Result<Option<Session>, StoreError> {
+    Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?"
+    )))
+    .bind(id)
+    .fetch_optional(&mut *conn)
+    .await?)
 }
 
 /// Ends a session inside the caller's transaction, keeping an earlier end if there is one.

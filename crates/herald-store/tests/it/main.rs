@@ -6,6 +6,7 @@ mod concurrency;
 mod files;
 mod gateway;
 mod history;
+mod lineage;
 mod schema;
 mod search;
 mod sessions;

@@ -223,7 +223,7 @@ async fn stats_count_sessions_and_messages() {
 async fn turns_add_their_tokens_and_sessions_reopen() {
     let (store, _dir) = fresh().await;
     let s = store.create_session(&session_for(Platform::Cli, "me")).await.unwrap();
-    let usage = herald_store::TokenUsage { input: 120, output: 30 };
+    let usage = herald_store::TokenUsage { input: 120, output: 30, context: 150 };
     store.append_turn(&s.id, turn(1), usage).await.unwrap();
     store.append_turn(&s.id, turn(2), usage).await.unwrap();
     store.end_session(&s.id, "cli exit").await.unwrap();
@@ -274,7 +274,7 @@ async fn a_closed_store_refuses_writes_and_leaves_the_file_whole() {
 async fn tokens_for_a_missing_session_fail_even_without_messages() {
     let (store, _dir) = fresh().await;
     let s = store.create_session(&session_for(Platform::Cli, "me")).await.unwrap();
-    let usage = herald_store::TokenUsage { input: 7, output: 3 };
+    let usage = herald_store::TokenUsage { input: 7, output: 3, context: 0 };
     // One batch; the empty append inserts no message whose foreign key could fail.
     let (bad, good) = tokio::join!(
         store.append_turn("no-such-session", Vec::new(), usage),
@@ -284,4 +284,24 @@ async fn tokens_for_a_missing_session_fail_even_without_messages() {
     assert_eq!(good.unwrap(), Vec::<i64>::new());
     let stored = store.session(&s.id).await.unwrap().unwrap();
     assert_eq!((stored.input_tokens, stored.output_tokens), (7, 3));
+}
+
+#[tokio::test]
+async fn short_ids_are_unique_prefixes_that_resolve() {
+    let (store, _dir) = fresh().await;
+    let mut ids = Vec::new();
+    for _ in 0..20 {
+        ids.push(store.create_session(&session_for(Platform::Cli, "me")).await.unwrap().id);
+    }
+    let refs: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let short = store.short_ids(&refs).await.unwrap();
+    for (id, short) in ids.iter().zip(&short) {
+        assert!(id.starts_with(short.as_str()) && short.len() >= 8, "{short} of {id}");
+        assert!(!short.ends_with('-'), "{short}");
+        assert_eq!(store.resolve_session(short).await.unwrap().id, *id);
+        assert_eq!(store.resolve_session(&format!("{short}…")).await.unwrap().id, *id);
+    }
+    // A title ending in `…` is still found as it is.
+    store.rename_session(&ids[0], "to be continued…").await.unwrap();
+    assert_eq!(store.resolve_session("to be continued…").await.unwrap().id, ids[0]);
 }

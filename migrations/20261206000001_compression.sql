@@ -1,0 +1,12 @@
+-- Context compression: how full each session's context is, so a turn can tell before it calls
+-- the model whether the conversation still fits.
+--
+-- context_tokens holds the tokens of the session's last model call, its prompt plus its
+-- completion, as the provider reported them (0 until one is reported). Unlike input_tokens and
+-- output_tokens, which add up what the session cost, it is replaced by each call that reports
+-- one. A session created by compression starts with the size of its summary and tail.
+--
+-- The chain itself needs nothing new: a child points at the session it continues with
+-- parent_session_id (indexed by sessions_by_parent), and the parent ends with end_reason
+-- 'compressed'.
+ALTER TABLE sessions ADD COLUMN context_tokens INTEGER NOT NULL DEFAULT 0;
