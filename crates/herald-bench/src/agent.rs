@@ -141,6 +141,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<Outcome> {
                 user_id: session.user_id.clone(),
                 session_id: session.id.clone(),
             },
+            compressor: None,
         };
         let began = Instant::now();
         let answer = turn.run(Said::Line(&line), None, &Default::default()).await?;

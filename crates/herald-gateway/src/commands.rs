@@ -19,6 +19,8 @@ pub enum Command {
     Title(String),
     /// `/whoami`: the platform user id and whether it is allowed.
     Whoami,
+    /// `/compress`: continue the conversation in a new session from a summary, now.
+    Compress,
 }
 
 impl Command {
@@ -37,13 +39,17 @@ impl Command {
             "retry" => Command::Retry,
             "title" => Command::Title(args.to_owned()),
             "whoami" => Command::Whoami,
+            "compress" => Command::Compress,
             _ => return None,
         })
     }
 
     /// Whether the command must wait for a running turn to end (it changes the session).
     pub fn waits_for_turn(&self) -> bool {
-        matches!(self, Command::New | Command::Undo | Command::Retry | Command::Title(_))
+        matches!(
+            self,
+            Command::New | Command::Undo | Command::Retry | Command::Title(_) | Command::Compress
+        )
     }
 }
 
@@ -55,6 +61,7 @@ pub const HELP: &str = "Commands:\n\
 /undo: forget your last message and its answer\n\
 /retry: answer your last message again\n\
 /title NAME: give this conversation a name\n\
+/compress: summarize this long conversation and go on from the summary\n\
 /whoami: your user id and whether you may talk to me\n\
 /help: this list";
 
@@ -74,6 +81,7 @@ mod tests {
         check("/title  Trip to Hue ", Some(Command::Title("Trip to Hue".into())));
         check("/title", Some(Command::Title(String::new())));
         check("/start", Some(Command::Help));
+        check("/compress", Some(Command::Compress));
         check("/unknown thing", None);
         check("hello /new", None);
         check("", None);

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
+use crate::compress::Compressor;
 use crate::cursors::Cursors;
 use crate::link::{Link, PlatformState, PlatformStates};
 use crate::liveness::{BEATS_WAITING, Beat, Heartbeat, Started};
@@ -148,6 +149,7 @@ impl<P: Provider + 'static> Gateway<P> {
         let outbox = Outbox::new(store.clone(), links.clone(), backlog);
         let shared = Arc::new(Shared {
             outbox: outbox.clone(),
+            compressor: Compressor::new(settings.compression.clone()),
             store: store.clone(),
             provider,
             tools,

@@ -11,6 +11,7 @@
 
 mod auth;
 mod commands;
+pub mod compress;
 mod cursors;
 mod gateway;
 pub mod history;

@@ -1,5 +1,5 @@
-//! Replies on their way out. Each session's replies leave in the order they were stored, one
-//! at a time, across restarts too; a reply the platform could not take is tried again while
+//! Replies on their way out. Each chat's replies leave in the order they were stored, one at a
+//! time, across restarts and compressions too; a reply the platform could not take is tried again while
 //! the daemon runs, with capped backoff, until the platform takes or refuses it; and it leaves
 //! the store's outbox the moment it did, so a crash resends at most what was in flight.
 //!
@@ -36,8 +36,6 @@ const RETRY_CAP: Duration = Duration::from_secs(60);
 /// A stored reply to deliver.
 #[derive(Debug, Clone)]
 pub(crate) struct Parcel {
-    /// Its session: replies of one session leave in order.
-    pub(crate) session: String,
     /// Its outbox entry, cleared once the platform took or refused it.
     pub(crate) outbox: Option<i64>,
     pub(crate) chat: ChatRef,
@@ -53,7 +51,6 @@ impl Parcel {
     /// A reply left in the outbox by an earlier run.
     pub(crate) fn recovered(reply: Undelivered) -> Parcel {
         Parcel {
-            session: reply.session_id,
             outbox: Some(reply.message_id),
             chat: reply.delivery.chat,
             reply_to: reply.delivery.reply_to,
@@ -117,7 +114,7 @@ impl Pacer {
     }
 }
 
-/// Delivers stored replies: one courier task per session with replies waiting.
+/// Delivers stored replies: one courier task per chat with replies waiting.
 #[derive(Debug, Clone)]
 pub(crate) struct Outbox {
     backlog: Backlog,
@@ -142,19 +139,25 @@ impl Outbox {
         }
     }
 
-    /// Queues a reply behind the session's earlier ones. A reply for a platform that is not
+    /// Queues a reply behind its chat's earlier ones. A reply for a platform that is not
     /// configured stays in the store for a run that has it.
     pub(crate) fn post(&self, parcel: Parcel) {
         if !self.links.contains_key(&parcel.chat.platform) {
             return;
         }
-        let session = parcel.session.clone();
+        let chat = &parcel.chat;
+        let key = format!(
+            "{}\u{1f}{}\u{1f}{}",
+            chat.platform,
+            chat.id,
+            chat.thread.as_deref().unwrap_or("")
+        );
         let mut lines = self.backlog.lines();
-        let line = lines.entry(session.clone()).or_default();
+        let line = lines.entry(key.clone()).or_default();
         line.push_back(parcel);
         if line.len() == 1 {
             let outbox = self.clone();
-            self.couriers.spawn(async move { outbox.courier(session).await });
+            self.couriers.spawn(async move { outbox.courier(key).await });
         }
     }
 
@@ -168,12 +171,12 @@ impl Outbox {
         delivered
     }
 
-    /// Delivers the session's replies in order until none is left, or the drain ends.
-    async fn courier(self, session: String) {
+    /// Delivers one chat's replies in order until none is left, or the drain ends.
+    async fn courier(self, chat: String) {
         loop {
             let parcel = {
                 let lines = self.backlog.lines();
-                match lines.get(&session).and_then(VecDeque::front) {
+                match lines.get(&chat).and_then(VecDeque::front) {
                     Some(parcel) => parcel.clone(),
                     None => return,
                 }
@@ -182,10 +185,10 @@ impl Outbox {
                 return;
             }
             let mut lines = self.backlog.lines();
-            if let Some(line) = lines.get_mut(&session) {
+            if let Some(line) = lines.get_mut(&chat) {
                 line.pop_front();
                 if line.is_empty() {
-                    lines.remove(&session);
+                    lines.remove(&chat);
                     return;
                 }
             }

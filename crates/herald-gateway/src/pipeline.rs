@@ -1,15 +1,17 @@
 //! One turn, the same for the gateway, `herald chat` and the benchmark: what the person said is
 //! stored first (so a failed or stopped turn never loses it), the session's history is read
 //! back, the agent runs over it, and everything it produced is stored in one transaction with
-//! the reply's outbox entry when the reply has somewhere to go.
+//! the reply's outbox entry when the reply has somewhere to go. Compression happens here, once,
+//! for all three.
 
 use std::time::{Duration, Instant};
 
-use herald_agent::{Agent, Message, Provider, ProviderError, ToolContext, TurnError};
-use herald_core::ChatRef;
-use herald_store::{Delivery, NewMessage, Store, StoreError};
+use herald_agent::{Agent, Message, Provider, ProviderError, ToolContext, TurnError, TurnOutput};
+use herald_core::{ChatRef, Role};
+use herald_store::{Delivery, NewMessage, Session, Store, StoreError, TokenUsage};
 use tokio_util::sync::CancellationToken;
 
+use crate::compress::{self, CompressFailed, Compressed, Compressor};
 use crate::history;
 
 /// What the person said, and where it is.
@@ -41,6 +43,8 @@ pub struct Turn<'a, P> {
     pub agent: Agent<'a, P>,
     /// Who is asking, in which session (what the tools may see).
     pub context: ToolContext,
+    /// Compresses the conversation when it nears the context window; `None`: never.
+    pub compressor: Option<&'a Compressor>,
 }
 
 /// A turn that produced an answer, stored.
@@ -54,6 +58,8 @@ pub struct Answer {
     pub read: Duration,
     /// How long storing the turn took.
     pub stored: Duration,
+    /// The session the conversation moved to, when the turn compressed it.
+    pub session: Option<Session>,
 }
 
 /// Why a turn produced no answer. What the person said stays stored either way.
@@ -75,40 +81,66 @@ pub const EMPTY_REPLY: &str = "(the model gave an empty answer)";
 
 impl<P: Provider> Turn<'_, P> {
     /// Runs the turn; `cancel` stops it at the agent's next boundary, storing nothing of the
-    /// answer.
+    /// answer. With a compressor, a conversation near the context window is compressed first,
+    /// and a request the model refuses as too long is compressed (or cut) and tried once more.
     pub async fn run(
         &self,
         said: Said<'_>,
         to: Option<Destination>,
         cancel: &CancellationToken,
     ) -> Result<Answer, TurnFailed> {
-        let session = self.context.session_id.as_str();
+        let first = self.context.session_id.as_str();
         match said {
             Said::Stored => {}
             Said::Queued(positions) => {
-                self.store.take_queued(session, positions).await?;
+                self.store.take_queued(first, positions).await?;
             }
             Said::Line(line) => {
-                self.store.append_messages(session, vec![NewMessage::user(line)]).await?;
+                self.store.append_messages(first, vec![NewMessage::user(line)]).await?;
             }
         }
         let began = Instant::now();
-        let history: Vec<Message> =
-            self.store.history(session).await?.into_iter().map(history::to_agent).collect();
+        let mut history = self.history(first).await?;
         let read = began.elapsed();
-        let output = match self.agent.run(&history, &self.context, cancel).await {
-            Ok(output) => output,
-            Err(TurnError::Cancelled | TurnError::Provider(ProviderError::Cancelled)) => {
-                return Err(TurnFailed::Cancelled);
+        let mut child: Option<Session> = None;
+        if let Some(compressor) = self.compressor {
+            let tokens = self.prompt_tokens(first, &history).await?;
+            if compressor.due(first, tokens) {
+                self.compress(compressor, &mut history, &mut child, cancel).await?;
             }
-            Err(TurnError::Provider(e)) => return Err(TurnFailed::Model(e)),
+            // Still too long for the window (not compressed, or it failed): the oldest messages
+            // are left out of this request; the store keeps them.
+            if child.is_none() && tokens > compressor.settings.context_window {
+                let system = compress::estimate(self.agent.system_prompt);
+                let budget = compressor.settings.limit().saturating_sub(system);
+                history.drain(..compress::tail_start(&history, budget));
+            }
+        }
+        let output = match self.answer(&history, child.as_ref(), cancel).await {
+            Err(TurnFailed::Model(ProviderError::ContextTooLong { .. }))
+                if self.compressor.is_some() =>
+            {
+                // The model says it does not fit, whatever the estimate said: compress now
+                // (or, failing that, leave the oldest messages out) and try once more.
+                let compressor = self.compressor.expect("checked by the guard");
+                if !self.compress(compressor, &mut history, &mut child, cancel).await? {
+                    let budget = compressor.settings.limit() / 2;
+                    history.drain(..compress::tail_start(&history, budget));
+                }
+                self.answer(&history, child.as_ref(), cancel).await?
+            }
+            answered => answered?,
         };
+        let session = child.as_ref().map_or(first, |c| c.id.as_str());
         let reply = match output.reply().trim() {
             "" => EMPTY_REPLY.to_owned(),
             reply => reply.to_owned(),
         };
         let delta: Vec<_> = output.messages.iter().map(history::to_store).collect();
-        let usage = history::usage(output.usage);
+        let usage = TokenUsage {
+            context: i64::try_from(output.context_tokens).unwrap_or(i64::MAX),
+            ..history::usage(output.usage)
+        };
         let storing = Instant::now();
         let outbox = match to {
             // The reply goes into the outbox with the turn: a crash before the platform takes
@@ -123,6 +155,91 @@ impl<P: Provider> Turn<'_, P> {
                 None
             }
         };
-        Ok(Answer { reply, outbox, read, stored: storing.elapsed() })
+        Ok(Answer { reply, outbox, read, stored: storing.elapsed(), session: child })
+    }
+
+    /// Compresses the session now (`/compress`), whatever its size.
+    pub async fn compress_now(
+        &self,
+        compressor: &Compressor,
+        cancel: &CancellationToken,
+    ) -> Result<Compressed, CompressFailed> {
+        let session = self.current().await?;
+        let history = self.history(&session.id).await?;
+        compressor.compress(self.store, self.agent.provider, &session, &history, cancel).await
+    }
+
+    async fn history(&self, session: &str) -> Result<Vec<Message>, StoreError> {
+        Ok(self.store.history(session).await?.into_iter().map(history::to_agent).collect())
+    }
+
+    async fn current(&self) -> Result<Session, StoreError> {
+        let id = &self.context.session_id;
+        self.store.session(id).await?.ok_or_else(|| StoreError::SessionNotFound(id.clone()))
+    }
+
+    /// How large the next prompt is: what the model counted at the session's last call plus an
+    /// estimate of what was said since, or an estimate of the whole conversation when that is
+    /// larger (no count yet, or the last request had to leave the oldest messages out).
+    async fn prompt_tokens(&self, session: &str, history: &[Message]) -> Result<u64, StoreError> {
+        let counted = self.store.session(session).await?.map_or(0, |s| s.context_tokens);
+        let since: u64 = history
+            .iter()
+            .rev()
+            .take_while(|m| m.role == Role::User)
+            .map(compress::message_tokens)
+            .sum();
+        let whole = compress::estimate(self.agent.system_prompt)
+            + history.iter().map(compress::message_tokens).sum::<u64>();
+        Ok((u64::try_from(counted).unwrap_or(0) + since).max(whole))
+    }
+
+    /// Compresses the session into a child, switching `history` to the child's; whether it did.
+    /// A failure leaves the conversation as it was (the compressor tries again later).
+    async fn compress(
+        &self,
+        compressor: &Compressor,
+        history: &mut Vec<Message>,
+        child: &mut Option<Session>,
+        cancel: &CancellationToken,
+    ) -> Result<bool, TurnFailed> {
+        let session = match child {
+            Some(current) => current.clone(),
+            None => self.current().await?,
+        };
+        match compressor.compress(self.store, self.agent.provider, &session, history, cancel).await
+        {
+            Ok(done) => {
+                *history = self.history(&done.child.id).await?;
+                *child = Some(done.child);
+                Ok(true)
+            }
+            Err(CompressFailed::Cancelled) => Err(TurnFailed::Cancelled),
+            Err(_) => Ok(false),
+        }
+    }
+
+    /// The agent's run over `history`, in the current session.
+    async fn answer(
+        &self,
+        history: &[Message],
+        child: Option<&Session>,
+        cancel: &CancellationToken,
+    ) -> Result<TurnOutput, TurnFailed> {
+        let moved;
+        let context = match child {
+            Some(child) => {
+                moved = ToolContext { session_id: child.id.clone(), ..self.context.clone() };
+                &moved
+            }
+            None => &self.context,
+        };
+        match self.agent.run(history, context, cancel).await {
+            Ok(output) => Ok(output),
+            Err(TurnError::Cancelled | TurnError::Provider(ProviderError::Cancelled)) => {
+                Err(TurnFailed::Cancelled)
+            }
+            Err(TurnError::Provider(e)) => Err(TurnFailed::Model(e)),
+        }
     }
 }

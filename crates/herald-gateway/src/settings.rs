@@ -1,5 +1,6 @@
 //! What the gateway needs to know from the configuration, as plain values.
 
+use crate::compress::CompressionSettings;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -80,6 +81,8 @@ pub struct GatewaySettings {
     pub idle_worker: Duration,
     /// How long a pairing code is valid.
     pub pairing_ttl: Duration,
+    /// When and how long conversations are compressed.
+    pub compression: CompressionSettings,
     /// What a reload may change; shared so a reload applies to new messages at once.
     pub live: Arc<RwLock<Reloadable>>,
 }
@@ -96,6 +99,7 @@ impl GatewaySettings {
             max_iterations: 90,
             idle_worker: Duration::from_secs(300),
             pairing_ttl: Duration::from_secs(3600),
+            compression: CompressionSettings::default(),
             live: Arc::new(RwLock::new(Reloadable {
                 persona: persona.into(),
                 access: HashMap::new(),

@@ -10,6 +10,7 @@ use herald_store::Store;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
+use crate::compress::Compressor;
 use crate::link::Link;
 use crate::metrics::Metrics;
 use crate::outbox::Outbox;
@@ -23,6 +24,8 @@ pub(crate) struct Shared<P> {
     pub(crate) tools: ToolRegistry,
     pub(crate) settings: GatewaySettings,
     pub(crate) links: HashMap<Platform, Link>,
+    /// Compresses conversations near the model's context window.
+    pub(crate) compressor: Compressor,
     /// Where stored replies wait for their platform, in order per session.
     pub(crate) outbox: Outbox,
     /// One permit per agent run: `max_concurrent_runs` across all sessions.

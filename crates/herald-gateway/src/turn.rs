@@ -35,10 +35,11 @@ pub(crate) struct TurnJob {
 }
 
 /// How a turn ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) enum TurnEnd {
-    /// Answered: the reply is stored and on its way (see the outbox).
-    Answered,
+    /// Answered: the reply is stored and on its way (see the outbox). `moved` is the session
+    /// the conversation continues in when the turn compressed it.
+    Answered { moved: Option<Box<Session>> },
     /// The model or the store failed; the user was told.
     Failed,
     /// Stopped by `/stop`, a newer message, or the end of the drain.
@@ -65,9 +66,8 @@ pub(crate) async fn run<P: Provider>(shared: Arc<Shared<P>>, job: TurnJob) -> Tu
         shared.metrics.run_ended(began.elapsed(), outcome.is_err());
     }
     match outcome {
-        Ok(Answer { reply, outbox, .. }) => {
+        Ok(Answer { reply, outbox, session: moved, .. }) => {
             shared.outbox.post(Parcel {
-                session: job.session.session.id.clone(),
                 outbox,
                 chat: job.chat.clone(),
                 reply_to: job.reply_to.clone(),
@@ -75,7 +75,7 @@ pub(crate) async fn run<P: Provider>(shared: Arc<Shared<P>>, job: TurnJob) -> Tu
                 stored_at: now_ms(),
                 again: false,
             });
-            TurnEnd::Answered
+            TurnEnd::Answered { moved: moved.map(Box::new) }
         }
         Err(Failure::Cancelled) => TurnEnd::Cancelled,
         Err(failure) => {
@@ -116,24 +116,35 @@ impl Failure {
     }
 }
 
-/// The agent run and the stored delta, through the one turn pipeline.
-async fn think<P: Provider>(shared: &Shared<P>, job: &TurnJob) -> Result<Answer, Failure> {
-    let session_id = &job.session.session.id;
-    let turn = Turn {
+/// The turn pipeline for a session of this gateway.
+pub(crate) fn pipeline<'a, P>(
+    shared: &'a Shared<P>,
+    session: &'a SessionInfo,
+    chat: &ChatRef,
+    user: &UserRef,
+) -> Turn<'a, P> {
+    Turn {
         store: &shared.store,
         agent: Agent {
             provider: &shared.provider,
             tools: &shared.tools,
-            model: job.session.session.model.as_deref().unwrap_or(&shared.settings.model),
-            system_prompt: &job.session.system_prompt,
+            model: session.session.model.as_deref().unwrap_or(&shared.settings.model),
+            system_prompt: &session.system_prompt,
             max_iterations: shared.settings.max_iterations,
         },
         context: ToolContext {
-            platform: job.chat.platform,
-            user_id: Some(job.user.id.clone()),
-            session_id: session_id.clone(),
+            platform: chat.platform,
+            user_id: Some(user.id.clone()),
+            session_id: session.session.id.clone(),
         },
-    };
+        compressor: Some(&shared.compressor),
+    }
+}
+
+/// The agent run and the stored delta, through the one turn pipeline.
+async fn think<P: Provider>(shared: &Shared<P>, job: &TurnJob) -> Result<Answer, Failure> {
+    let session_id = &job.session.session.id;
+    let turn = pipeline(shared, &job.session, &job.chat, &job.user);
     let said = if job.take.is_empty() { Said::Stored } else { Said::Queued(&job.take) };
     let to = Destination { chat: job.chat.clone(), reply_to: job.reply_to.clone() };
     match turn.run(said, Some(to), &job.cancel).await {

@@ -111,8 +111,10 @@ impl<P: Provider + 'static> Worker<P> {
                 end = async { turn.as_mut().expect("guarded by is_some").await }, if turn.is_some() => {
                     turn = None;
                     self.running = None;
-                    if let Err(e) = end {
-                        warn!(key = %self.key, error = %e, "a turn task failed");
+                    match end {
+                        Ok(TurnEnd::Answered { moved: Some(child) }) => self.moved_to(*child),
+                        Ok(_) => {}
+                        Err(e) => warn!(key = %self.key, error = %e, "a turn task failed"),
                     }
                 }
                 () = tokio::time::sleep(idle_after), if idle => {

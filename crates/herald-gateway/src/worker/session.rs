@@ -36,6 +36,14 @@ impl<P: Provider + 'static> Worker<P> {
         }
     }
 
+    /// The conversation continues in `child` (compressed): the same stored system prompt.
+    pub(super) fn moved_to(&mut self, child: Session) {
+        info!(key = %self.key, session = %child.id, "the conversation continues in a compressed session");
+        if let Some(info) = &mut self.session {
+            info.session = child;
+        }
+    }
+
     /// Caches a session with its stored system prompt, read back verbatim.
     pub(super) async fn remember(&mut self, session: Session) -> Result<SessionInfo, StoreError> {
         let prompt = self.shared.store.system_prompt(&session.id).await?.unwrap_or_default();

@@ -8,6 +8,7 @@ use tracing::{info, warn};
 use super::Worker;
 use crate::auth::Allowed;
 use crate::commands::{Command, HELP};
+use crate::compress::CompressFailed;
 use crate::turn::TurnEnd;
 
 impl<P: Provider + 'static> Worker<P> {
@@ -26,6 +27,7 @@ impl<P: Provider + 'static> Worker<P> {
             Command::New => self.fresh_session().await,
             Command::Undo => self.undo().await,
             Command::Title(title) => self.title(&title).await,
+            Command::Compress => self.compress().await,
             Command::Retry => match self.retry().await {
                 Ok(Some(started)) => return Some(started),
                 Ok(None) => Ok("There is nothing to answer again.".to_owned()),
@@ -47,10 +49,21 @@ impl<P: Provider + 'static> Worker<P> {
         let session =
             self.shared.store.session(&id).await?.unwrap_or(self.session().await?.session);
         let waiting = self.queue.len();
+        let depth = self.shared.store.chain(&id).await?.len().saturating_sub(1);
+        let compression = &self.shared.compressor.settings;
         Ok(format!(
-            "Session: {id}\nTitle: {title}\nMessages: {count}\nModel: {model}\nNow: {now}",
+            "Session: {id}\nTitle: {title}\nMessages: {count}\nChain: {chain}\n\
+             Context: {tokens} of {window} tokens (compressed at {limit})\nModel: {model}\nNow: {now}",
             title = session.title.as_deref().unwrap_or("(none; set one with /title NAME)"),
             count = session.message_count,
+            chain = match depth {
+                0 => "this is the first session (never compressed)".to_owned(),
+                1 => "continues 1 earlier, compressed session".to_owned(),
+                n => format!("continues {n} earlier, compressed sessions"),
+            },
+            tokens = session.context_tokens,
+            window = compression.context_window,
+            limit = compression.limit(),
             model = session.model.as_deref().unwrap_or(&self.shared.settings.model),
             now = match (busy, waiting) {
                 (false, _) => "idle".to_owned(),
@@ -77,6 +90,30 @@ impl<P: Provider + 'static> Worker<P> {
         let id = session.id.clone();
         self.remember(session).await?;
         Ok(format!("Started a new conversation (session {id})."))
+    }
+
+    async fn compress(&mut self) -> Result<String, StoreError> {
+        let info = self.session().await?;
+        let cancel = self.shared.stop_turns.child_token();
+        let turn = crate::turn::pipeline(&self.shared, &info, &self.chat, &self.user);
+        let done = turn.compress_now(&self.shared.compressor, &cancel).await;
+        Ok(match done {
+            Ok(done) => {
+                let id = done.child.id.clone();
+                self.moved_to(done.child);
+                format!(
+                    "Compressed: {} earlier messages are now a summary and the last {} are kept as \
+                     they were. The conversation goes on in session {id}; the earlier one is kept \
+                     and searchable.",
+                    done.summarized, done.kept
+                )
+            }
+            Err(CompressFailed::NothingToCompress) => {
+                "This conversation is too short to compress.".to_owned()
+            }
+            Err(CompressFailed::Store(e)) => return Err(e),
+            Err(e) => format!("Could not compress ({e}); nothing changed."),
+        })
     }
 
     async fn undo(&mut self) -> Result<String, StoreError> {

@@ -8,6 +8,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use herald_gateway::compress::Compressor;
 use herald_store::Store;
 use rustyline::DefaultEditor;
 use rustyline::error::ReadlineError;
@@ -21,6 +22,7 @@ pub use session::cli_user;
 const HELP: &str = "\
 /new          start a new session (the current one is kept)
 /title NAME   name this session (resume it later with `herald chat -r NAME`)
+/compress     summarize this long conversation and go on from the summary in a new session
 /help         this list
 /exit         quit (also Ctrl-D); Ctrl-C stops a running answer, at the prompt it quits";
 
@@ -38,6 +40,7 @@ pub async fn run(loaded: &Loaded, args: ChatArgs) -> anyhow::Result<ExitCode> {
     let store = Store::open(config.store_options()).await?;
     let mut chat = session::Chat::start(&store, config, &args).await?;
     let tools = wiring::tools(&store);
+    let compressor = Compressor::new(crate::commands::gateway::compression(config));
 
     let mut editor = DefaultEditor::new().context("could not set up the terminal")?;
     let history_file = config.store.path.with_file_name("chat_history");
@@ -74,9 +77,22 @@ pub async fn run(loaded: &Loaded, args: ChatArgs) -> anyhow::Result<ExitCode> {
             (command, _) if is_command(command) => {
                 writeln!(stdout, "unknown command {command}; /help lists them")?
             }
+            ("/compress", _) => {
+                match turn::compress(&store, &provider, &tools, &chat, &compressor).await? {
+                    Ok((child, line)) => {
+                        chat.session = child;
+                        writeln!(stdout, "{line}")?;
+                    }
+                    Err(line) => eprintln!("{line}"),
+                }
+            }
             _ => {
-                let outcome = turn::run(&store, &provider, &tools, &chat, line).await?;
+                let outcome =
+                    turn::run(&store, &provider, &tools, &chat, &compressor, line).await?;
                 turn::print(&mut stdout, &outcome)?;
+                if let turn::Outcome::Answered { moved: Some(child), .. } = &outcome {
+                    chat.session = (**child).clone();
+                }
                 if let turn::Outcome::Quit = outcome {
                     break;
                 }

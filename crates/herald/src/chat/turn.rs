@@ -5,8 +5,9 @@ use std::io::Write;
 
 use herald_agent::{Agent, OpenAiProvider, ToolContext, ToolRegistry};
 use herald_core::Platform;
+use herald_gateway::compress::{CompressFailed, Compressor};
 use herald_gateway::pipeline::{Said, Turn, TurnFailed};
-use herald_store::Store;
+use herald_store::{Session, Store};
 use tokio_util::sync::CancellationToken;
 
 use super::session::Chat;
@@ -14,8 +15,14 @@ use super::session::Chat;
 /// How a turn ended.
 #[derive(Debug)]
 pub enum Outcome {
-    /// The model answered; the turn is stored.
-    Answered(String),
+    /// The model answered; the turn is stored. `moved`: the conversation was compressed and
+    /// goes on in this session.
+    Answered {
+        /// The answer.
+        reply: String,
+        /// The new current session, when the turn compressed the conversation.
+        moved: Option<Box<Session>>,
+    },
     /// The model failed; the line is stored, without an answer.
     Failed(String),
     /// Ctrl-C stopped it; the line is stored, without an answer.
@@ -24,15 +31,15 @@ pub enum Outcome {
     Quit,
 }
 
-/// Runs one turn. Ctrl-C while it runs cancels it; a second Ctrl-C quits.
-pub async fn run(
-    store: &Store,
-    provider: &OpenAiProvider,
-    tools: &ToolRegistry,
-    chat: &Chat,
-    line: &str,
-) -> anyhow::Result<Outcome> {
-    let turn = Turn {
+/// The turn pipeline for the chat's current session.
+fn pipeline<'a>(
+    store: &'a Store,
+    provider: &'a OpenAiProvider,
+    tools: &'a ToolRegistry,
+    chat: &'a Chat,
+    compressor: &'a Compressor,
+) -> Turn<'a, OpenAiProvider> {
+    Turn {
         store,
         agent: Agent {
             provider,
@@ -46,7 +53,20 @@ pub async fn run(
             user_id: Some(chat.user.clone()),
             session_id: chat.session.id.clone(),
         },
-    };
+        compressor: Some(compressor),
+    }
+}
+
+/// Runs one turn. Ctrl-C while it runs cancels it; a second Ctrl-C quits.
+pub async fn run(
+    store: &Store,
+    provider: &OpenAiProvider,
+    tools: &ToolRegistry,
+    chat: &Chat,
+    compressor: &Compressor,
+    line: &str,
+) -> anyhow::Result<Outcome> {
+    let turn = pipeline(store, provider, tools, chat, compressor);
     let cancel = CancellationToken::new();
     let running = turn.run(Said::Line(line), None, &cancel);
     tokio::pin!(running);
@@ -62,17 +82,48 @@ pub async fn run(
         }
     };
     match result {
-        Ok(answer) => Ok(Outcome::Answered(answer.reply)),
+        Ok(answer) => {
+            Ok(Outcome::Answered { reply: answer.reply, moved: answer.session.map(Box::new) })
+        }
         Err(TurnFailed::Cancelled) => Ok(Outcome::Cancelled),
         Err(TurnFailed::Model(e)) => Ok(Outcome::Failed(e.to_string())),
         Err(TurnFailed::Store(e)) => Err(e.into()),
     }
 }
 
+/// `/compress`: the conversation goes on in a new session from a summary, now. The new
+/// session, or a line saying why not.
+pub async fn compress(
+    store: &Store,
+    provider: &OpenAiProvider,
+    tools: &ToolRegistry,
+    chat: &Chat,
+    compressor: &Compressor,
+) -> anyhow::Result<Result<(Session, String), String>> {
+    let turn = pipeline(store, provider, tools, chat, compressor);
+    Ok(match turn.compress_now(compressor, &CancellationToken::new()).await {
+        Ok(done) => {
+            let line = format!(
+                "compressed: {} earlier messages are now a summary, the last {} kept as they were; \
+                 this conversation goes on in session {} (the earlier one is kept and searchable)",
+                done.summarized, done.kept, done.child.id
+            );
+            Ok((done.child, line))
+        }
+        Err(CompressFailed::Store(e)) => return Err(e.into()),
+        Err(e) => Err(format!("could not compress: {e}; nothing changed")),
+    })
+}
+
 /// Shows the outcome: the answer on stdout, trouble on stderr.
 pub fn print(out: &mut impl Write, outcome: &Outcome) -> std::io::Result<()> {
     match outcome {
-        Outcome::Answered(reply) => writeln!(out, "herald> {reply}"),
+        Outcome::Answered { reply, moved } => {
+            if let Some(child) = moved {
+                eprintln!("(the conversation was compressed; it goes on in session {})", child.id);
+            }
+            writeln!(out, "herald> {reply}")
+        }
         Outcome::Failed(error) => {
             eprintln!("error: {error} (your message is saved; write again to go on)");
             Ok(())

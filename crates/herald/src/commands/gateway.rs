@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use herald_core::Platform;
+use herald_gateway::compress::CompressionSettings;
 use herald_gateway::{Access, BusyInput, DmPolicy, Gateway, GatewaySettings, Reloadable, history};
 use herald_store::Store;
 use herald_telegram::{TelegramAdapter, TelegramSettings};
@@ -141,10 +142,22 @@ pub fn settings(config: &Config) -> anyhow::Result<GatewaySettings> {
         group_sessions_per_user: gateway.group_sessions_per_user,
         drain_timeout: Duration::from_secs(gateway.drain_timeout_s),
         max_iterations: config.model.max_iterations,
+        compression: compression(config),
         ..GatewaySettings::new(String::new(), config.model.model.clone())
     };
     settings.update(|current| *current = live);
     Ok(settings)
+}
+
+/// The compression settings of `[model]` and `[compression]`.
+pub fn compression(config: &Config) -> CompressionSettings {
+    CompressionSettings {
+        context_window: config.model.context_window,
+        threshold: config.compression.threshold,
+        keep_recent_tokens: config.compression.keep_recent_tokens,
+        summary_model: config.compression.summary_model.clone(),
+        summary_timeout: Duration::from_secs(config.compression.summary_timeout_s),
+    }
 }
 
 /// What a reload may change, from `[agent]` and the platform sections of this build.

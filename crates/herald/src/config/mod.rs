@@ -40,6 +40,8 @@ pub struct Config {
     pub model: ModelConfig,
     /// What the agent is told about itself.
     pub agent: AgentConfig,
+    /// When long conversations are compressed.
+    pub compression: CompressionConfig,
     /// The daemon's concurrency, queueing and shutdown.
     pub gateway: GatewayConfig,
     /// The Telegram bot, enabled by the section's presence.
@@ -98,6 +100,8 @@ pub struct ModelConfig {
     pub request_timeout_s: u64,
     /// The most model calls for one inbound message.
     pub max_iterations: u32,
+    /// The model's context window, in tokens.
+    pub context_window: u64,
 }
 
 impl Default for ModelConfig {
@@ -108,6 +112,33 @@ impl Default for ModelConfig {
             api_key_env: "HERALD_API_KEY".into(),
             request_timeout_s: 120,
             max_iterations: 90,
+            context_window: 128_000,
+        }
+    }
+}
+
+/// `[compression]`: a conversation near the context window continues in a new session from a
+/// summary; the old one is kept and searchable.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CompressionConfig {
+    /// The fraction of `model.context_window` at which a session is compressed.
+    pub threshold: f64,
+    /// Tokens of the most recent conversation carried over verbatim.
+    pub keep_recent_tokens: u64,
+    /// The model that writes summaries (default: the session's model).
+    pub summary_model: Option<String>,
+    /// How long the summary call may take, in seconds.
+    pub summary_timeout_s: u64,
+}
+
+impl Default for CompressionConfig {
+    fn default() -> Self {
+        CompressionConfig {
+            threshold: 0.8,
+            keep_recent_tokens: 8_000,
+            summary_model: None,
+            summary_timeout_s: 60,
         }
     }
 }

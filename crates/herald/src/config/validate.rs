@@ -51,6 +51,33 @@ pub(crate) fn check(config: &Config, file: &Path, source: &str) -> Result<(), Co
     var("model.api_key_env", &model.api_key_env)?;
     positive("model.request_timeout_s", model.request_timeout_s, "120")?;
     positive("model.max_iterations", model.max_iterations.into(), "90")?;
+    if model.context_window < 1024 {
+        return Err(at(
+            "model.context_window",
+            format!(
+                "{} tokens is too small to hold a conversation; set the model's real window, \
+                 like 128000 (or what a local server was started with)",
+                model.context_window
+            ),
+        ));
+    }
+    let compression = &config.compression;
+    if !(compression.threshold > 0.0 && compression.threshold <= 1.0) {
+        return Err(at(
+            "compression.threshold",
+            format!(
+                "{} is not a fraction between 0 and 1; use a value like 0.8",
+                compression.threshold
+            ),
+        ));
+    }
+    positive("compression.summary_timeout_s", compression.summary_timeout_s, "60")?;
+    if compression.summary_model.as_deref().is_some_and(|m| m.trim().is_empty()) {
+        return Err(at(
+            "compression.summary_model",
+            "is empty; name a model, or remove the key to use the session's model".into(),
+        ));
+    }
 
     let agent = &config.agent;
     if agent.persona.is_some() && agent.persona_file.is_some() {

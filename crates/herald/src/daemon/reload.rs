@@ -121,6 +121,8 @@ fn restart_keys(old: &Config, new: &Config) -> Vec<&'static str> {
     check("model.api_key_env", old.model.api_key_env != new.model.api_key_env);
     check("model.request_timeout_s", old.model.request_timeout_s != new.model.request_timeout_s);
     check("model.max_iterations", old.model.max_iterations != new.model.max_iterations);
+    check("model.context_window", old.model.context_window != new.model.context_window);
+    check("compression", old.compression != new.compression);
     let (og, ng) = (&old.gateway, &new.gateway);
     check("gateway.max_concurrent_runs", og.max_concurrent_runs != ng.max_concurrent_runs);
     check("gateway.busy_input", og.busy_input != ng.busy_input);

@@ -2,6 +2,7 @@
 //! real teloxide client inside herald) and the fake model.
 
 mod auth;
+mod compression;
 mod conversation;
 mod delivery;
 mod health;
@@ -90,6 +91,21 @@ impl Daemon {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+    }
+
+    /// Stops the gateway, sets `key = value` in `[section]` of its config, and starts it again.
+    pub async fn reconfigure(&mut self, settings: &[(&str, &str, &str)]) {
+        assert_eq!(self.stop().await, 0, "{}", self.logs());
+        let mut config = std::fs::read_to_string(&self.world.config).unwrap();
+        for (section, key, value) in settings {
+            let header = format!("[{section}]\n");
+            if !config.contains(&header) {
+                config.push_str(&format!("\n{header}"));
+            }
+            config = config.replacen(&header, &format!("{header}{key} = {value}\n"), 1);
+        }
+        std::fs::write(&self.world.config, config).unwrap();
+        self.spawn().await;
     }
 
     /// The gateway process's id.
