@@ -62,9 +62,21 @@ struct AgentLine {
 }
 
 /// The real provider, timing each call so herald's own time can be told apart.
-struct Timed {
-    inner: OpenAiProvider,
-    spent: Mutex<Duration>,
+pub(crate) struct Timed {
+    pub(crate) inner: OpenAiProvider,
+    pub(crate) spent: Mutex<Duration>,
+}
+
+impl Timed {
+    /// Starts counting the model's time afresh.
+    pub(crate) fn reset(&self) {
+        *self.spent.lock().unwrap_or_else(|p| p.into_inner()) = Duration::ZERO;
+    }
+
+    /// The model's time since the last reset.
+    pub(crate) fn spent(&self) -> Duration {
+        *self.spent.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 impl Provider for Timed {

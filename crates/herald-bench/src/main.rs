@@ -12,6 +12,7 @@
 //! All SQL stays in the store; the agent is wired as the `herald` binary wires it.
 
 mod agent;
+mod compress;
 mod db;
 mod fill;
 mod gateway;
@@ -48,6 +49,8 @@ enum Command {
     AgentOverhead(agent::AgentArgs),
     /// Chats through the fake Telegram Bot API, the real adapter and the gateway.
     Gateway(gateway::GatewayArgs),
+    /// Compressing long sessions; herald's own time per compression and the turn after it.
+    Compress(compress::CompressArgs),
     /// The gateway process of `gateway` (spawned by it).
     #[command(hide = true)]
     GatewayDaemon(gateway::daemon::DaemonArgs),
@@ -73,6 +76,7 @@ async fn main() -> ExitCode {
         Command::Search(args) => search::run(args).await,
         Command::AgentOverhead(args) => agent::run(args).await,
         Command::Gateway(args) => gateway::run(args).await,
+        Command::Compress(args) => compress::run(args).await,
         Command::GatewayDaemon(args) => {
             gateway::daemon::run(args).await.map(|()| Outcome { line: String::new(), ok: true })
         }
