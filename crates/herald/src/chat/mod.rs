@@ -73,10 +73,6 @@ pub async fn run(loaded: &Loaded, args: ChatArgs) -> anyhow::Result<ExitCode> {
                 Ok(()) => writeln!(stdout, "this session is now titled \"{name}\"")?,
                 Err(e) => eprintln!("error: {e}"),
             },
-            // A word like `/usr/bin` is a message; only `/word` is taken as a command.
-            (command, _) if is_command(command) => {
-                writeln!(stdout, "unknown command {command}; /help lists them")?
-            }
             ("/compress", _) => {
                 match turn::compress(&store, &provider, &tools, &chat, &compressor).await? {
                     Ok((child, line)) => {
@@ -85,6 +81,10 @@ pub async fn run(loaded: &Loaded, args: ChatArgs) -> anyhow::Result<ExitCode> {
                     }
                     Err(line) => eprintln!("{line}"),
                 }
+            }
+            // A word like `/usr/bin` is a message; only `/word` is taken as a command.
+            (command, _) if is_command(command) => {
+                writeln!(stdout, "unknown command {command}; /help lists them")?
             }
             _ => {
                 let outcome =

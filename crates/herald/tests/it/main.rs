@@ -4,6 +4,7 @@
 
 mod chat;
 mod common;
+mod compression;
 mod config;
 mod doctor;
 mod export;
