@@ -166,6 +166,10 @@ pub enum SessionsCommand {
         /// Print JSON: the session, its system prompt and every message in full
         #[arg(long)]
         json: bool,
+        /// Show the session's chain instead: the sessions that compression made continue one
+        /// another, oldest first
+        #[arg(long)]
+        lineage: bool,
     },
     /// Search every message, best match first
     Search(SearchArgs),
@@ -234,6 +238,10 @@ pub struct ExportArgs {
     /// Every session, oldest first
     #[arg(long)]
     pub all: bool,
+    /// The session's whole chain (the sessions compression made continue one another),
+    /// oldest first
+    #[arg(long, requires = "id", conflicts_with = "all")]
+    pub chain: bool,
     /// The output format
     #[arg(long, value_enum, default_value_t = ExportFormat::Jsonl)]
     pub format: ExportFormat,
