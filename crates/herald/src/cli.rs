@@ -133,10 +133,11 @@ pub enum PairingCommand {
 /// `herald chat`.
 #[derive(Debug, Clone, Default, Args)]
 pub struct ChatArgs {
-    /// Continue the most recent terminal session
+    /// Continue the most recent terminal session (the newest of its chain)
     #[arg(short = 'c', long = "continue", conflicts_with = "resume")]
     pub continue_last: bool,
-    /// Resume a session by id, unique id prefix, or title
+    /// Resume a session by id, unique id prefix, or title (a compressed one: the newest of
+    /// its chain)
     #[arg(short, long, value_name = "ID|TITLE")]
     pub resume: Option<String>,
     /// Talk to this model instead of [model] model
