@@ -133,10 +133,11 @@ pub enum PairingCommand {
 /// `herald chat`.
 #[derive(Debug, Clone, Default, Args)]
 pub struct ChatArgs {
-    /// Continue the most recent terminal session
+    /// Continue the most recent terminal session (the newest of its chain)
     #[arg(short = 'c', long = "continue", conflicts_with = "resume")]
     pub continue_last: bool,
-    /// Resume a session by id, unique id prefix, or title
+    /// Resume a session by id, unique id prefix, or title (a compressed one: the newest of
+    /// its chain)
     #[arg(short, long, value_name = "ID|TITLE")]
     pub resume: Option<String>,
     /// Talk to this model instead of [model] model
@@ -166,6 +167,10 @@ pub enum SessionsCommand {
         /// Print JSON: the session, its system prompt and every message in full
         #[arg(long)]
         json: bool,
+        /// Show the session's chain instead: the sessions that compression made continue one
+        /// another, oldest first
+        #[arg(long)]
+        lineage: bool,
     },
     /// Search every message, best match first
     Search(SearchArgs),
@@ -234,6 +239,10 @@ pub struct ExportArgs {
     /// Every session, oldest first
     #[arg(long)]
     pub all: bool,
+    /// The session's whole chain (the sessions compression made continue one another),
+    /// oldest first
+    #[arg(long, requires = "id", conflicts_with = "all")]
+    pub chain: bool,
     /// The output format
     #[arg(long, value_enum, default_value_t = ExportFormat::Jsonl)]
     pub format: ExportFormat,

@@ -1,6 +1,7 @@
-//! Text for people: aligned tables, local times, sizes, and untrusted text (chat messages)
-//! made safe and short enough to print on a terminal.
+//! Text for people: aligned tables, local times, sizes, short session ids, and untrusted text
+//! (chat messages) made safe and short enough to print on a terminal.
 
+use std::collections::HashMap;
 use std::io::{self, Write};
 
 use chrono::{Local, TimeZone};
@@ -116,6 +117,26 @@ pub fn truncate(text: &str, max: usize) -> String {
 pub fn highlight(snippet: &str, bold: bool) -> String {
     let (open, close) = if bold { ("\x1b[1m", "\x1b[0m") } else { ("**", "**") };
     one_line(snippet).replace(MARK_OPEN, open).replace(MARK_CLOSE, close)
+}
+
+/// Short forms of session ids for a person to read and type back: the shortest prefix no
+/// other session shares, with `…` when cut.
+pub async fn short_ids<'a>(
+    store: &herald_store::Store,
+    ids: impl IntoIterator<Item = &'a str>,
+) -> Result<HashMap<String, String>, herald_store::StoreError> {
+    let mut ids: Vec<&str> = ids.into_iter().collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let short = store.short_ids(&ids).await?;
+    Ok(ids
+        .into_iter()
+        .zip(short)
+        .map(|(id, short)| {
+            let shown = if short.len() < id.len() { format!("{short}…") } else { short };
+            (id.to_owned(), shown)
+        })
+        .collect())
 }
 
 /// Pretty JSON and a newline.

@@ -1,5 +1,5 @@
 //! Which session `herald chat` talks to: a new one, the most recent (`--continue`), or a named
-//! one (`--resume`).
+//! one (`--resume`); for the last two, the newest session of its chain.
 
 use herald_agent::{PromptContext, assemble_system_prompt};
 use herald_core::Platform;
@@ -7,6 +7,7 @@ use herald_store::{NewSession, Session, SessionFilter, Store};
 
 use crate::cli::ChatArgs;
 use crate::config::Config;
+use crate::output;
 
 /// The chat's current session and the model it talks to.
 #[derive(Debug)]
@@ -20,6 +21,8 @@ pub struct Chat {
     /// The person at the terminal, as the store knows them.
     pub user: String,
     resumed: bool,
+    /// Said once before the banner: the session asked for was continued by another.
+    notice: Option<String>,
     /// `--model`, which applies to new sessions too.
     model_override: Option<String>,
     max_iterations: u32,
@@ -46,6 +49,19 @@ impl Chat {
         } else {
             None
         };
+        let mut notice = None;
+        let existing = match existing {
+            Some(asked) => {
+                // A compressed session goes on in the newest of its chain: resuming the old one
+                // would give its conversation two current sessions.
+                let newest = store.newest_in_chain(&asked.id).await?;
+                if newest.id != asked.id {
+                    notice = Some(continued(store, &asked, &newest).await?);
+                }
+                Some(newest)
+            }
+            None => None,
+        };
         let mut chat = match existing {
             Some(session) => {
                 store.reopen_session(&session.id).await?;
@@ -61,6 +77,7 @@ impl Chat {
                     system_prompt,
                     user,
                     resumed: true,
+                    notice,
                     model_override: None,
                     max_iterations: 0,
                 }
@@ -90,7 +107,8 @@ impl Chat {
         self.max_iterations
     }
 
-    /// One line saying where the person is.
+    /// One line saying where the person is, after a line saying why it is not the session
+    /// asked for when it is not.
     pub fn banner(&self) -> String {
         let title = self.session.title.as_deref().map(|t| format!(" \"{t}\"")).unwrap_or_default();
         let state = if self.resumed {
@@ -98,8 +116,9 @@ impl Chat {
         } else {
             "new".to_owned()
         };
+        let notice = self.notice.as_ref().map(|n| format!("{n}\n")).unwrap_or_default();
         format!(
-            "herald chat: session {}{title} ({state}, model {}). /help for commands.",
+            "{notice}herald chat: session {}{title} ({state}, model {}). /help for commands.",
             self.session.id, self.model
         )
     }
@@ -131,8 +150,22 @@ impl Chat {
             system_prompt,
             user,
             resumed: false,
+            notice: None,
             model_override: None,
             max_iterations: config.model.max_iterations,
         })
     }
+}
+
+/// `session 0193ab… was continued by 0193cd… (compressed); resuming that`.
+async fn continued(store: &Store, asked: &Session, newest: &Session) -> anyhow::Result<String> {
+    let short = output::short_ids(store, [asked.id.as_str(), newest.id.as_str()]).await?;
+    let name = |id: &String| short.get(id).cloned().unwrap_or_else(|| id.clone());
+    let why = asked.end_reason.as_deref().map(|r| format!(" ({})", output::one_line(r)));
+    Ok(format!(
+        "session {} was continued by {}{}; resuming that",
+        name(&asked.id),
+        name(&newest.id),
+        why.unwrap_or_default()
+    ))
 }

@@ -1,5 +1,6 @@
-//! `herald sessions export`: JSON lines or a markdown transcript, to stdout or to a file
-//! written whole (a temporary file renamed into place) with mode 0600.
+//! `herald sessions export`: JSON lines or a markdown transcript of a session, its chain or
+//! all of them, to stdout or to a file written whole (a temporary file renamed into place)
+//! with mode 0600.
 
 use std::fs::Permissions;
 use std::io::{BufWriter, Write};
@@ -33,13 +34,17 @@ pub(super) async fn record<'a>(store: &Store, session: &'a Session) -> anyhow::R
     })
 }
 
-/// Exports one session or all of them (oldest first).
+/// Exports one session, its chain, or all of them (oldest first).
 pub(super) async fn run(
     store: &Store,
     args: &ExportArgs,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
     let sessions = match &args.id {
+        Some(reference) if args.chain => {
+            let session = store.resolve_session(reference).await?;
+            store.chain(&session.id).await?
+        }
         Some(reference) => vec![store.resolve_session(reference).await?],
         None => {
             let mut all = store.list_sessions(&SessionFilter::default()).await?;
@@ -48,7 +53,7 @@ pub(super) async fn run(
         }
     };
     let Some(path) = &args.output else {
-        return write_all(store, &sessions, args.format, out).await;
+        return write_all(store, &sessions, args, out).await;
     };
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
@@ -64,7 +69,7 @@ pub(super) async fn run(
         })?;
     {
         let mut writer = BufWriter::new(file.as_file_mut());
-        write_all(store, &sessions, args.format, &mut writer).await?;
+        write_all(store, &sessions, args, &mut writer).await?;
         writer.flush().with_context(|| format!("could not write {}", path.display()))?;
     }
     file.as_file().sync_all().with_context(|| format!("could not write {}", path.display()))?;
@@ -77,11 +82,11 @@ pub(super) async fn run(
 async fn write_all(
     store: &Store,
     sessions: &[Session],
-    format: ExportFormat,
+    args: &ExportArgs,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
     for (i, session) in sessions.iter().enumerate() {
-        match format {
+        match args.format {
             ExportFormat::Jsonl => {
                 serde_json::to_writer(&mut *out, &record(store, session).await?)?;
                 writeln!(out)?;
@@ -90,24 +95,28 @@ async fn write_all(
                 if i > 0 {
                     writeln!(out, "\n---\n")?;
                 }
+                let previous =
+                    i.checked_sub(1).and_then(|p| sessions.get(p)).filter(|_| args.chain);
                 let prompt = store.system_prompt(&session.id).await?;
                 let history = store.history(&session.id).await?;
-                markdown(session, prompt.as_deref(), &history, out)?;
+                markdown(session, previous, prompt.as_deref(), &history, out)?;
             }
         }
     }
     Ok(())
 }
 
+/// One session as markdown; in a chain, `previous` is the session it continues.
 fn markdown(
     s: &Session,
+    previous: Option<&Session>,
     prompt: Option<&str>,
     history: &[StoredMessage],
     out: &mut dyn Write,
 ) -> std::io::Result<()> {
-    match &s.title {
-        Some(title) => writeln!(out, "# {}\n", clean(title).replace('\n', " "))?,
-        None => writeln!(out, "# Session {}\n", s.id)?,
+    match previous {
+        Some(previous) => writeln!(out, "# {} (continues {})\n", name(s), name(previous))?,
+        None => writeln!(out, "# {}\n", name(s))?,
     }
     writeln!(out, "- id: `{}`", s.id)?;
     writeln!(out, "- source: {}", s.source)?;
@@ -125,8 +134,13 @@ fn markdown(
         None => writeln!(out, "- ended: no (open)")?,
     }
     writeln!(out, "- messages: {}", s.message_count)?;
-    if let Some(prompt) = prompt {
-        writeln!(out, "\n## System prompt\n\n{}", fenced(prompt))?;
+    match (prompt, previous) {
+        // A chain's sessions share one stored prompt: it is written once.
+        (Some(_), Some(p)) if p.system_prompt_hash == s.system_prompt_hash => {
+            writeln!(out, "\n## System prompt\n\nThe same as the previous session's.")?
+        }
+        (Some(prompt), _) => writeln!(out, "\n## System prompt\n\n{}", fenced(prompt))?,
+        (None, _) => {}
     }
     for m in history {
         let time = local_time(m.created_at);
@@ -145,6 +159,14 @@ fn markdown(
         writeln!(out, "{}", blocks.join("\n\n"))?;
     }
     Ok(())
+}
+
+/// A session's title on one line, or `Session ID`.
+fn name(s: &Session) -> String {
+    match &s.title {
+        Some(title) => clean(title).replace('\n', " "),
+        None => format!("Session {}", s.id),
+    }
 }
 
 /// A fenced block longer than any backtick run inside, so the text cannot close it.

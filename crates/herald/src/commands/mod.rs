@@ -5,6 +5,7 @@ pub mod config;
 pub mod doctor;
 mod export;
 pub mod gateway;
+mod lineage;
 mod pairing;
 mod search;
 pub mod service;

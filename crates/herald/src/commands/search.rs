@@ -36,11 +36,15 @@ pub(super) async fn run(
         return Ok(());
     }
     let bold = io::stdout().is_terminal();
+    // The session's short id and title tell apart the sessions of one chain (`trip`,
+    // `trip #2`), which share everything else.
+    let short = output::short_ids(store, hits.iter().map(|h| h.session_id.as_str())).await?;
     for hit in &hits {
         let title =
             hit.title.as_deref().map_or("-".into(), |t| output::truncate(&output::one_line(t), 40));
         let time = output::local_time(hit.created_at);
-        writeln!(out, "{}  {}  {title}  {}  {time}", hit.session_id, hit.source, hit.role)?;
+        let session = short.get(&hit.session_id).unwrap_or(&hit.session_id);
+        writeln!(out, "{session}  {}  {title}  {}  {time}", hit.source, hit.role)?;
         writeln!(out, "    {}", output::highlight(&hit.snippet, bold))?;
     }
     Ok(())

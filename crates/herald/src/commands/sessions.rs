@@ -6,7 +6,7 @@ use anyhow::{Context, bail};
 use herald_core::Platform;
 use herald_store::{Session, SessionFilter, Store};
 
-use super::{export, search, show};
+use super::{export, lineage, search, show};
 use crate::cli::SessionsCommand;
 use crate::output::{self, Table};
 
@@ -20,7 +20,12 @@ pub(super) async fn run(
         SessionsCommand::List { source, limit, json } => {
             list(store, source, limit, json, out).await
         }
-        SessionsCommand::Show { id, json } => show::run(store, &id, json, out).await,
+        SessionsCommand::Show { id, json, lineage: false } => {
+            show::run(store, &id, json, out).await
+        }
+        SessionsCommand::Show { id, json, lineage: true } => {
+            lineage::run(store, &id, json, out).await
+        }
         SessionsCommand::Search(args) => search::run(store, &args, out).await,
         SessionsCommand::Export(args) => export::run(store, &args, out).await,
         SessionsCommand::Rename { id, title } => {
@@ -63,10 +68,16 @@ async fn list(
         writeln!(out, "no sessions")?;
         return Ok(());
     }
-    let mut table = Table::new(&["ID", "SOURCE", "TITLE", "MESSAGES", "STARTED", "ENDED"]);
+    let short =
+        output::short_ids(store, sessions.iter().flat_map(|s| s.parent_session_id.as_deref()))
+            .await?;
+    let mut table =
+        Table::new(&["ID", "PARENT", "SOURCE", "TITLE", "MESSAGES", "STARTED", "ENDED"]);
     for s in &sessions {
+        let parent = s.parent_session_id.as_ref().and_then(|p| short.get(p));
         table.row(vec![
             s.id.clone(),
+            parent.map_or("-".to_owned(), String::clone),
             s.source.to_string(),
             s.title
                 .as_deref()

@@ -2,7 +2,7 @@
 
 use herald_core::{Platform, Role};
 use herald_fakes::{FakeModel, Fault};
-use herald_store::SessionFilter;
+use herald_store::{NewMessage, SessionFilter};
 
 use crate::common::World;
 
@@ -185,4 +185,53 @@ fn lines_in_any_script_are_answered_and_stored() {
     let said: Vec<&str> =
         history.iter().filter(|m| m.role == Role::User).map(|m| m.content.as_str()).collect();
     assert_eq!(said, ["привет", "你好，世界", "مرحبا بالعالم", "🎉 it works", "é", "/你好/x"]);
+}
+
+#[test]
+fn resuming_a_compressed_session_resumes_the_newest_of_its_chain() {
+    let trial = Trial::new("You are Herald.");
+    trial.chat(&[], "ada", "plan the trip\n/title trip\n");
+    let (first, second) = trial.world.with_store(async |store| {
+        let first = store.resolve_session("trip").await.unwrap();
+        // Compressed mid-chat, as it would be while the session is open.
+        store.reopen_session(&first.id).await.unwrap();
+        let summary = vec![NewMessage::user("Summary of the conversation so far: a trip")];
+        let second = store.compress_session(&first.id, summary, 50).await.unwrap();
+        (first.id, second.id)
+    });
+
+    let out = trial.chat(&["-r", &first], "ada", "where were we?\n");
+    let notice = out.lines().next().unwrap();
+    let (asked, newest) = notice
+        .strip_prefix("session ")
+        .and_then(|rest| rest.strip_suffix(" (compressed); resuming that"))
+        .and_then(|rest| rest.split_once(" was continued by "))
+        .unwrap_or_else(|| panic!("no notice: {out}"));
+    assert!(first.starts_with(asked.trim_end_matches('…')), "{notice}");
+    assert!(second.starts_with(newest.trim_end_matches('…')), "{notice}");
+    assert!(out.contains(&format!("session {second} \"trip #2\" (resumed, 1 messages")), "{out}");
+    // The model saw the summary, not the parent's history.
+    let last = trial.fake.requests().last().unwrap().clone();
+    let contents: Vec<&str> = last["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(&contents[1..], ["Summary of the conversation so far: a trip", "where were we?"]);
+
+    // -c and the chain's name reach it too, with nothing to explain.
+    let out = trial.chat(&["-c"], "ada", "and now?\n");
+    assert!(out.starts_with(&format!("herald chat: session {second} ")), "{out}");
+    let out = trial.chat(&["-r", "trip"], "ada", "still there?\n");
+    assert!(out.starts_with(&format!("herald chat: session {second} ")), "{out}");
+
+    let (parent, child) = trial.world.with_store(async |store| {
+        let parent = store.session(&first).await.unwrap().unwrap();
+        let child = store.history(&second).await.unwrap();
+        (parent, child)
+    });
+    assert_eq!(parent.end_reason.as_deref(), Some("compressed"), "the parent stays ended");
+    assert_eq!(parent.message_count, 2);
+    assert_eq!(child.len(), 7);
 }

@@ -191,6 +191,32 @@ impl World {
     }
 }
 
+impl World {
+    /// A chain of three terminal sessions as context compression leaves it, titled `trip`,
+    /// `trip #2` and `trip #3`, each mentioning a walrus once. Returns their ids, oldest first.
+    pub fn chain(&self) -> [String; 3] {
+        self.with_store(async |store| {
+            let mut new = NewSession::new(Platform::Cli, "You are Herald.");
+            new.user_id = Some("ada".into());
+            let first = store.create_session(&new).await.expect("seeding the store");
+            store.rename_session(&first.id, "trip").await.expect("seeding the store");
+            let turn = vec![NewMessage::user("pack the walrus kit"), NewMessage::assistant("ok")];
+            store.append_messages(&first.id, turn).await.expect("seeding the store");
+            let mut ids = vec![first.id];
+            for summary in ["the walrus kit is packed", "tickets booked for the walrus"] {
+                let parent = ids.last().expect("a session").clone();
+                let messages = vec![
+                    NewMessage::user(format!("Summary of the conversation so far: {summary}")),
+                    NewMessage::assistant("noted"),
+                ];
+                let child = store.compress_session(&parent, messages, 100).await;
+                ids.push(child.expect("compressing a seeded session").id);
+            }
+            ids.try_into().expect("three sessions")
+        })
+    }
+}
+
 /// A world run as one terminal user.
 pub struct WorldView<'a> {
     world: &'a World,

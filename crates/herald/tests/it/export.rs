@@ -99,3 +99,31 @@ fn export_needs_a_session_or_all() {
     let line = world.herald(&["sessions", "export", "nothing-like-it"]).fails(1);
     assert_eq!(line, "error: no session matches `nothing-like-it`");
 }
+
+#[test]
+fn a_chain_exports_whole_oldest_first() {
+    let world = World::new();
+    let chain = world.chain();
+    let out = world.herald(&["sessions", "export", &chain[1], "--chain"]).ok();
+    let records: Vec<serde_json::Value> = out.lines().map(json).collect();
+    let order: Vec<&str> = records.iter().map(|r| r["id"].as_str().unwrap()).collect();
+    assert_eq!(order, chain);
+    for (i, record) in records.iter().enumerate() {
+        assert_eq!(record["messages"].as_array().unwrap().len(), 2, "{record}");
+        assert_eq!(record["system_prompt"], "You are Herald.");
+        let parent = i.checked_sub(1).map(|p| chain[p].as_str());
+        assert_eq!(record["parent_session_id"].as_str(), parent);
+    }
+    assert!(records[1]["messages"][0]["content"].as_str().unwrap().contains("kit is packed"));
+    // Without --chain, the one session only.
+    assert_eq!(world.herald(&["sessions", "export", &chain[1]]).ok().lines().count(), 1);
+
+    let md = world.herald(&["sessions", "export", "trip", "--chain", "--format", "md"]).ok();
+    let headings: Vec<&str> = md.lines().filter(|l| l.starts_with("# ")).collect();
+    assert_eq!(headings, ["# trip", "# trip #2 (continues trip)", "# trip #3 (continues trip #2)"]);
+    assert_eq!(md.matches("You are Herald.").count(), 1, "the shared prompt is written once");
+    assert_eq!(md.matches("The same as the previous session's.").count(), 2, "{md}");
+    assert!(md.contains("pack the walrus kit") && md.contains("tickets booked"), "{md}");
+
+    assert_eq!(world.herald(&["sessions", "export", "--all", "--chain"]).code, 2);
+}

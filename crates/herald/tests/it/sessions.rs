@@ -9,7 +9,7 @@ fn list_is_a_table_newest_first() {
     let out = world.herald(&["sessions", "list"]).ok();
     let lines: Vec<&str> = out.lines().collect();
     assert!(lines[0].starts_with("ID "), "{out}");
-    for header in ["SOURCE", "TITLE", "MESSAGES", "STARTED", "ENDED"] {
+    for header in ["PARENT", "SOURCE", "TITLE", "MESSAGES", "STARTED", "ENDED"] {
         assert!(lines[0].contains(header), "{out}");
     }
     let order: Vec<&str> =
@@ -18,9 +18,69 @@ fn list_is_a_table_newest_first() {
     let telegram = lines[3];
     assert!(telegram.contains("telegram") && telegram.contains("deploy notes"), "{telegram}");
     assert!(telegram.contains(" 4 ") && telegram.ends_with("open"), "{telegram}");
-    // Columns line up: every row's source starts where the header's does.
-    let column = lines[0].find("SOURCE").unwrap();
-    assert!(lines[1..].iter().all(|l| l[column..].starts_with(['c', 't', 'd'])), "{out}");
+    // Columns line up, in characters (a short id ends in a 3-byte `…`): every row's source
+    // starts where the header's does.
+    let column = lines[0].split("SOURCE").next().unwrap().chars().count();
+    let sources = lines[1..].iter().map(|l| l.chars().skip(column).collect::<String>());
+    assert!(sources.into_iter().all(|s| s.starts_with(['c', 't', 'd'])), "{out}");
+}
+
+#[test]
+fn list_shows_each_sessions_parent() {
+    let world = World::new();
+    let seeded = world.seed();
+    let out = world.herald(&["sessions", "list"]).ok();
+    let parent = |id: &str| {
+        let line = out.lines().find(|l| l.starts_with(id)).unwrap();
+        line.split_whitespace().nth(1).unwrap().to_owned()
+    };
+    // The parent's short id, which resolves back to it.
+    let short = parent(&seeded.discord);
+    assert!(short.ends_with('…') && short.chars().count() < seeded.telegram.len(), "{out}");
+    assert!(seeded.telegram.starts_with(short.trim_end_matches('…')), "{out}");
+    let shown = json(&world.herald(&["sessions", "show", &short, "--json"]).ok());
+    assert_eq!(shown["id"], seeded.telegram.as_str());
+    assert_eq!(parent(&seeded.telegram), "-");
+    assert_eq!(parent(&seeded.cli), "-");
+
+    let listed = json(&world.herald(&["sessions", "list", "--json"]).ok());
+    let parents: Vec<&serde_json::Value> =
+        listed.as_array().unwrap().iter().map(|s| &s["parent_session_id"]).collect();
+    assert_eq!(parents[0], seeded.telegram.as_str());
+    assert!(parents[1].is_null() && parents[2].is_null(), "{listed}");
+}
+
+#[test]
+fn show_lineage_walks_the_chain_oldest_first() {
+    let world = World::new();
+    let chain = world.chain();
+    let out = world.herald(&["sessions", "show", &chain[1], "--lineage"]).ok();
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("chain of 3 sessions, oldest first"), "{out}");
+    let rows = &lines[2..];
+    assert_eq!(rows.len(), 3, "{out}");
+    for (row, id) in rows.iter().zip(&chain) {
+        let short = row.trim_start_matches(['*', ' ']).split_whitespace().next().unwrap();
+        assert!(id.starts_with(short.trim_end_matches('…')), "{id}: {out}");
+    }
+    assert!(rows[1].starts_with('*') && !rows[0].starts_with('*') && !rows[2].starts_with('*'));
+    assert!(rows[0].contains(" trip ") && rows[0].ends_with(" compressed"), "{out}");
+    assert!(rows[1].contains(" trip #2 ") && rows[1].ends_with(" compressed"), "{out}");
+    assert!(rows[2].contains(" trip #3 ") && rows[2].ends_with(" current"), "{out}");
+    assert!(rows[0].contains("  2  ") && rows[2].contains("  2  "), "message counts: {out}");
+
+    // The chain's name reaches its newest session, which is the one marked.
+    let out = world.herald(&["sessions", "show", "trip", "--lineage"]).ok();
+    assert!(out.lines().last().unwrap().starts_with('*'), "{out}");
+    let listed = json(&world.herald(&["sessions", "show", "trip #2", "--lineage", "--json"]).ok());
+    assert_eq!(ids(&listed), chain);
+    assert_eq!(listed[0]["end_reason"], "compressed");
+    assert_eq!(listed[2]["context_tokens"], 100);
+
+    // A session on its own is a chain of one.
+    let seeded = world.seed();
+    let out = world.herald(&["sessions", "show", &seeded.cli, "--lineage"]).ok();
+    assert!(out.starts_with("chain of 1 session,") && out.contains("current"), "{out}");
 }
 
 #[test]
