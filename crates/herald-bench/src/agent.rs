@@ -88,9 +88,8 @@ impl Provider for Timed {
     }
 }
 
-/// Runs the scenario.
-pub async fn run(args: AgentArgs) -> anyhow::Result<Outcome> {
-    let db = ScratchDb::resolve(args.db.clone(), "agent.db")?;
+/// A store on `db`, the fake model, and the real provider pointed at it, timed.
+pub(crate) async fn model_and_store(db: &ScratchDb) -> anyhow::Result<(Store, FakeModel, Timed)> {
     let store =
         Store::open(StoreOptions::new(db.path())).await.context("could not open the store")?;
     let fake = FakeModel::start().await;
@@ -100,7 +99,14 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<Outcome> {
         Duration::from_secs(30),
         RetryPolicy::default(),
     )?;
-    let provider = Timed { inner, spent: Mutex::new(Duration::ZERO) };
+    Ok((store, fake, Timed { inner, spent: Mutex::new(Duration::ZERO) }))
+}
+
+/// Runs the scenario.
+pub async fn run(args: AgentArgs) -> anyhow::Result<Outcome> {
+    let db = ScratchDb::resolve(args.db.clone(), "agent.db")?;
+    // The fake model stops when dropped: it is kept to the end of the run.
+    let (store, _fake, provider) = model_and_store(&db).await?;
     let tools = wiring::tools(&store);
 
     let vocab = Vocabulary::global();

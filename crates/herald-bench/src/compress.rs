@@ -4,22 +4,20 @@
 //! each new child against a turn in a fresh session of the same length.
 
 use std::path::PathBuf;
-use std::sync::Mutex;
 use std::time::Duration;
 
-use anyhow::Context;
 use herald::wiring;
-use herald_agent::{Agent, OpenAiProvider, RetryPolicy, ToolContext};
+use herald_agent::{Agent, ToolContext};
 use herald_core::Platform;
 use herald_fakes::{FakeModel, Reply};
 use herald_gateway::compress::{CompressionSettings, Compressor};
 use herald_gateway::pipeline::{Said, Turn};
-use herald_store::{NewMessage, NewSession, Session, Store, StoreOptions};
+use herald_store::{NewMessage, NewSession, Session, Store};
 use rand::SeedableRng;
 use serde::Serialize;
 
 use crate::Outcome;
-use crate::agent::Timed;
+use crate::agent::{Timed, model_and_store};
 use crate::db::ScratchDb;
 use crate::stats::{Latencies, round};
 use crate::vocab::Vocabulary;
@@ -64,16 +62,7 @@ const SUMMARY: &str = "The user planned a deployment of /srv/app (ticket 4711); 
 /// Runs the scenario.
 pub async fn run(args: CompressArgs) -> anyhow::Result<Outcome> {
     let db = ScratchDb::resolve(args.db.clone(), "compress.db")?;
-    let store =
-        Store::open(StoreOptions::new(db.path())).await.context("could not open the store")?;
-    let fake = FakeModel::start().await;
-    let inner = OpenAiProvider::new(
-        &fake.base_url(),
-        None,
-        Duration::from_secs(30),
-        RetryPolicy::default(),
-    )?;
-    let provider = Timed { inner, spent: Mutex::new(Duration::ZERO) };
+    let (store, fake, provider) = model_and_store(&db).await?;
     let tools = wiring::tools(&store);
     let compressor = Compressor::new(CompressionSettings::default());
     let mut rng = rand::rngs::StdRng::seed_from_u64(11);

@@ -14,6 +14,16 @@ fn texts(d: &Daemon, chat: i64) -> Vec<String> {
     d.telegram.sent_to(chat).into_iter().map(|m| m.text).collect()
 }
 
+/// Sends `text` to chat 1001 and takes Telegram offline while the (slowed) model answers it.
+async fn offline_while_answering(d: &Daemon, text: &str) {
+    d.model.set_latency(Duration::from_millis(300));
+    d.telegram.dm(1001, text);
+    while d.model.request_count() == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    d.telegram.set_offline(true);
+}
+
 /// Waits until the store's outbox holds a reply saying `text`.
 async fn stored_undelivered(d: &Daemon, text: &str) {
     let store = d.store().await;
@@ -28,13 +38,8 @@ async fn stored_undelivered(d: &Daemon, text: &str) {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_reply_that_missed_its_send_is_delivered_while_running_and_in_order() {
     let mut d = Daemon::start("").await;
-    d.model.set_latency(Duration::from_millis(300));
-    d.telegram.dm(1001, "one");
-    while d.model.request_count() == 0 {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
     // Telegram goes away past the adapter's own retries: the reply stays in the outbox.
-    d.telegram.set_offline(true);
+    offline_while_answering(&d, "one").await;
     d.wait_log("could not be delivered yet", 1).await;
     d.model.set_latency(Duration::ZERO);
     d.telegram.set_offline(false);
@@ -53,12 +58,7 @@ async fn a_reply_that_missed_its_send_is_delivered_while_running_and_in_order() 
 #[tokio::test(flavor = "multi_thread")]
 async fn replies_stored_before_a_restart_go_before_the_new_ones() {
     let mut d = Daemon::start("").await;
-    d.model.set_latency(Duration::from_millis(300));
-    d.telegram.dm(1001, "before the crash");
-    while d.model.request_count() == 0 {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    d.telegram.set_offline(true);
+    offline_while_answering(&d, "before the crash").await;
     stored_undelivered(&d, "echo: before the crash").await;
     d.signal("KILL");
     d.stop().await;
