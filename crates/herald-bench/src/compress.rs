@@ -87,7 +87,15 @@ pub async fn run(args: CompressArgs) -> anyhow::Result<Outcome> {
         let child = (done.child, session.1.clone());
         let length = u32::try_from(store.history(&child.0.id).await?.len()).unwrap_or(u32::MAX);
         let twin = filled(&store, &mut rng, &format!("t{run}"), length).await?;
-        for (session, into) in [(&child, &mut after), (&twin, &mut fresh)] {
+        // Both indexed and read once before, and taken in turns first, so neither pays for
+        // the other's background work.
+        store.index_pending().await?;
+        store.history(&twin.0.id).await?;
+        let mut pair = [(&child, &mut after), (&twin, &mut fresh)];
+        if run % 2 == 1 {
+            pair.reverse();
+        }
+        for (session, into) in pair {
             let turn = pipeline(&store, &provider, &tools, &compressor, session);
             provider.reset();
             let began = std::time::Instant::now();
