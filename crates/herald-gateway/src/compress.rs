@@ -109,7 +109,13 @@ pub struct Compressor {
     /// How compression is tuned.
     pub settings: CompressionSettings,
     backoff: Mutex<HashMap<String, (u32, u32)>>,
+    /// The tokens each session's last model call reported, as stored with its turn: read here
+    /// instead of from the store before every turn.
+    counted: Mutex<HashMap<String, u64>>,
 }
+
+/// Sessions whose counts are remembered; past it the memory starts over (the store has them).
+const COUNTED_CAP: usize = 10_000;
 
 /// The most turns a session waits between two tries after failures (1, 2, 4 ... turns).
 /// Counted in turns, not time: a try costs a model call, and only a turn can need one.
@@ -118,7 +124,28 @@ const SKIP_CAP: u32 = 32;
 impl Compressor {
     /// A compressor with these settings.
     pub fn new(settings: CompressionSettings) -> Compressor {
-        Compressor { settings, backoff: Mutex::default() }
+        Compressor { settings, backoff: Mutex::default(), counted: Mutex::default() }
+    }
+
+    /// What the session's last model call counted, if this process saw it.
+    pub fn counted(&self, session: &str) -> Option<u64> {
+        self.counts().get(session).copied()
+    }
+
+    /// Remembers what a session's last model call counted (0: not reported, nothing learned).
+    pub fn note_counted(&self, session: &str, tokens: u64) {
+        if tokens == 0 {
+            return;
+        }
+        let mut counts = self.counts();
+        if counts.len() >= COUNTED_CAP && !counts.contains_key(session) {
+            counts.clear();
+        }
+        counts.insert(session.to_owned(), tokens);
+    }
+
+    fn counts(&self) -> std::sync::MutexGuard<'_, HashMap<String, u64>> {
+        self.counted.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Whether a prompt of `tokens` calls for compression at this turn; a session whose last
@@ -161,6 +188,7 @@ impl Compressor {
         match &outcome {
             Ok(done) => {
                 self.backoffs().remove(&session.id);
+                self.counts().remove(&session.id);
                 info!(
                     parent = %session.id, child = %done.child.id, summarized = done.summarized,
                     kept = done.kept, "the conversation was compressed into a new session"

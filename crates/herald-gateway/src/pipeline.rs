@@ -104,7 +104,7 @@ impl<P: Provider> Turn<'_, P> {
         let read = began.elapsed();
         let mut child: Option<Session> = None;
         if let Some(compressor) = self.compressor {
-            let tokens = self.prompt_tokens(first, &history).await?;
+            let tokens = self.prompt_tokens(compressor, first, &history).await?;
             if compressor.due(first, tokens) {
                 self.compress(compressor, &mut history, &mut child, cancel).await?;
             }
@@ -155,6 +155,9 @@ impl<P: Provider> Turn<'_, P> {
                 None
             }
         };
+        if let Some(compressor) = self.compressor {
+            compressor.note_counted(session, output.context_tokens);
+        }
         Ok(Answer { reply, outbox, read, stored: storing.elapsed(), session: child })
     }
 
@@ -181,8 +184,19 @@ impl<P: Provider> Turn<'_, P> {
     /// How large the next prompt is: what the model counted at the session's last call plus an
     /// estimate of what was said since, or an estimate of the whole conversation when that is
     /// larger (no count yet, or the last request had to leave the oldest messages out).
-    async fn prompt_tokens(&self, session: &str, history: &[Message]) -> Result<u64, StoreError> {
-        let counted = self.store.session(session).await?.map_or(0, |s| s.context_tokens);
+    async fn prompt_tokens(
+        &self,
+        compressor: &Compressor,
+        session: &str,
+        history: &[Message],
+    ) -> Result<u64, StoreError> {
+        let counted = match compressor.counted(session) {
+            Some(counted) => counted,
+            None => {
+                let stored = self.store.session(session).await?.map_or(0, |s| s.context_tokens);
+                u64::try_from(stored).unwrap_or(0)
+            }
+        };
         let since: u64 = history
             .iter()
             .rev()
@@ -191,7 +205,7 @@ impl<P: Provider> Turn<'_, P> {
             .sum();
         let whole = compress::estimate(self.agent.system_prompt)
             + history.iter().map(compress::message_tokens).sum::<u64>();
-        Ok((u64::try_from(counted).unwrap_or(0) + since).max(whole))
+        Ok((counted + since).max(whole))
     }
 
     /// Compresses the session into a child, switching `history` to the child's; whether it did.
