@@ -33,6 +33,16 @@ const RETRY_FIRST: Duration = Duration::from_secs(1);
 /// The longest wait between two tries of one reply.
 const RETRY_CAP: Duration = Duration::from_secs(60);
 
+/// How one try of a reply ended.
+enum Tried {
+    /// The platform took it, or refused it for good.
+    Settled,
+    /// It could not be delivered now.
+    Failed,
+    /// The drain ended, or the platform is not configured.
+    Stopped,
+}
+
 /// A stored reply to deliver.
 #[derive(Debug, Clone)]
 pub(crate) struct Parcel {
@@ -139,11 +149,41 @@ impl Outbox {
         }
     }
 
-    /// Queues a reply behind its chat's earlier ones. A reply for a platform that is not
-    /// configured stays in the store for a run that has it.
+    /// Queues a reply behind its chat's earlier ones, for a courier to deliver. A reply for a
+    /// platform that is not configured stays in the store for a run that has it.
     pub(crate) fn post(&self, parcel: Parcel) {
+        if let Some(chat) = self.enqueue(parcel) {
+            self.dispatch(chat, false);
+        }
+    }
+
+    /// Like [`Outbox::post`], but when the chat has nothing waiting this task makes the first
+    /// try itself, sparing the common case a hop to another task; a courier takes over only
+    /// for what must wait.
+    pub(crate) async fn carry(&self, parcel: Parcel) {
+        let Some(chat) = self.enqueue(parcel.clone()) else { return };
+        match self.attempt(&parcel, 1).await {
+            Tried::Settled => {
+                if self.pop(&chat) {
+                    self.dispatch(chat, false);
+                }
+            }
+            Tried::Failed => {
+                if let Some(front) =
+                    self.backlog.lines().get_mut(&chat).and_then(VecDeque::front_mut)
+                {
+                    front.again = true;
+                }
+                self.dispatch(chat, true);
+            }
+            Tried::Stopped => {}
+        }
+    }
+
+    /// Adds a reply to its chat's line; the line's key when it was empty (nobody delivers it).
+    fn enqueue(&self, parcel: Parcel) -> Option<String> {
         if !self.links.contains_key(&parcel.chat.platform) {
-            return;
+            return None;
         }
         let chat = &parcel.chat;
         let key = format!(
@@ -155,10 +195,24 @@ impl Outbox {
         let mut lines = self.backlog.lines();
         let line = lines.entry(key.clone()).or_default();
         line.push_back(parcel);
-        if line.len() == 1 {
-            let outbox = self.clone();
-            self.couriers.spawn(async move { outbox.courier(key).await });
+        (line.len() == 1).then_some(key)
+    }
+
+    /// Takes the delivered reply off its line; whether more wait behind it.
+    fn pop(&self, chat: &str) -> bool {
+        let mut lines = self.backlog.lines();
+        let Some(line) = lines.get_mut(chat) else { return false };
+        line.pop_front();
+        if line.is_empty() {
+            lines.remove(chat);
+            return false;
         }
+        true
+    }
+
+    fn dispatch(&self, chat: String, wait_first: bool) {
+        let outbox = self.clone();
+        self.couriers.spawn(async move { outbox.courier(chat, wait_first).await });
     }
 
     /// Waits up to `limit` for every queued reply to be delivered, then stops the couriers;
@@ -172,7 +226,7 @@ impl Outbox {
     }
 
     /// Delivers one chat's replies in order until none is left, or the drain ends.
-    async fn courier(self, chat: String) {
+    async fn courier(self, chat: String, mut wait_first: bool) {
         loop {
             let parcel = {
                 let lines = self.backlog.lines();
@@ -181,62 +235,66 @@ impl Outbox {
                     None => return,
                 }
             };
-            if !self.deliver(parcel).await {
+            if !self.deliver(parcel, std::mem::take(&mut wait_first)).await || !self.pop(&chat) {
                 return;
-            }
-            let mut lines = self.backlog.lines();
-            if let Some(line) = lines.get_mut(&chat) {
-                line.pop_front();
-                if line.is_empty() {
-                    lines.remove(&chat);
-                    return;
-                }
             }
         }
     }
 
-    /// Tries one reply until the platform takes or refuses it; false when the drain ended
-    /// first (the reply stays in the store).
-    async fn deliver(&self, mut parcel: Parcel) -> bool {
-        let Some(link) = self.links.get(&parcel.chat.platform) else { return false };
+    /// Tries one reply until the platform takes or refuses it (after a first wait when it has
+    /// failed already); false when the drain ended first (the reply stays in the store).
+    async fn deliver(&self, mut parcel: Parcel, wait_first: bool) -> bool {
         let mut wait = RETRY_FIRST;
-        let mut tries = 0u32;
+        let mut tries = u32::from(wait_first);
         loop {
-            let Some(pacer) = self.pacers.get(&parcel.chat.platform) else { return false };
-            let _slot = tokio::select! {
-                slot = pacer.slot(parcel.again) => slot,
-                () = self.stop.cancelled() => return false,
-            };
-            debug!(chat = %parcel.chat.id, reply = %parcel.text, "sending reply");
-            let sent = link.send(&parcel.chat, parcel.text.clone(), parcel.reply_to.clone()).await;
+            if tries > 0 {
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => {}
+                    () = self.stop.cancelled() => return false,
+                }
+                wait = (wait * 2).min(RETRY_CAP);
+            }
             tries += 1;
-            match sent {
-                Ok(_) => {
-                    if tries > 1 {
-                        info!(platform = %parcel.chat.platform, chat = %parcel.chat.id, tries, "a reply that had failed was delivered");
-                    }
-                    self.settled(&parcel).await;
-                    return true;
-                }
-                Err(e @ SendError::Rejected(_)) => {
-                    error!(platform = %parcel.chat.platform, chat = %parcel.chat.id, error = %e, "the platform refused a reply (it is stored in the session)");
-                    self.settled(&parcel).await;
-                    return true;
-                }
-                Err(e) => {
-                    warn!(
-                        platform = %parcel.chat.platform, chat = %parcel.chat.id, error = %e,
-                        retry_in_s = wait.as_secs(),
-                        "a reply could not be delivered yet; it is stored and tried again"
-                    );
-                    parcel.again = true;
-                }
+            match self.attempt(&parcel, tries).await {
+                Tried::Settled => return true,
+                Tried::Stopped => return false,
+                Tried::Failed => parcel.again = true,
             }
-            tokio::select! {
-                () = tokio::time::sleep(wait) => {}
-                () = self.stop.cancelled() => return false,
+        }
+    }
+
+    /// One try of one reply: settled when the platform took or refused it.
+    async fn attempt(&self, parcel: &Parcel, tries: u32) -> Tried {
+        let platform = parcel.chat.platform;
+        let (Some(link), Some(pacer)) = (self.links.get(&platform), self.pacers.get(&platform))
+        else {
+            return Tried::Stopped;
+        };
+        let _slot = tokio::select! {
+            slot = pacer.slot(parcel.again) => slot,
+            () = self.stop.cancelled() => return Tried::Stopped,
+        };
+        debug!(chat = %parcel.chat.id, reply = %parcel.text, "sending reply");
+        match link.send(&parcel.chat, parcel.text.clone(), parcel.reply_to.clone()).await {
+            Ok(_) => {
+                if tries > 1 {
+                    info!(%platform, chat = %parcel.chat.id, tries, "a reply that had failed was delivered");
+                }
+                self.settled(parcel).await;
+                Tried::Settled
             }
-            wait = (wait * 2).min(RETRY_CAP);
+            Err(e @ SendError::Rejected(_)) => {
+                error!(%platform, chat = %parcel.chat.id, error = %e, "the platform refused a reply (it is stored in the session)");
+                self.settled(parcel).await;
+                Tried::Settled
+            }
+            Err(e) => {
+                warn!(
+                    %platform, chat = %parcel.chat.id, error = %e,
+                    "a reply could not be delivered yet; it is stored and tried again with backoff"
+                );
+                Tried::Failed
+            }
         }
     }
 

@@ -67,14 +67,17 @@ pub(crate) async fn run<P: Provider>(shared: Arc<Shared<P>>, job: TurnJob) -> Tu
     }
     match outcome {
         Ok(Answer { reply, outbox, session: moved, .. }) => {
-            shared.outbox.post(Parcel {
-                outbox,
-                chat: job.chat.clone(),
-                reply_to: job.reply_to.clone(),
-                text: reply,
-                stored_at: now_ms(),
-                again: false,
-            });
+            shared
+                .outbox
+                .carry(Parcel {
+                    outbox,
+                    chat: job.chat.clone(),
+                    reply_to: job.reply_to.clone(),
+                    text: reply,
+                    stored_at: now_ms(),
+                    again: false,
+                })
+                .await;
             TurnEnd::Answered { moved: moved.map(Box::new) }
         }
         Err(Failure::Cancelled) => TurnEnd::Cancelled,
