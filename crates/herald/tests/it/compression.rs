@@ -20,7 +20,8 @@ fn a_chain_of_three_compressions_is_walked_searched_and_continued() {
         all.extend_from_slice(args);
         world.env_for("ada").herald_input(&all, input)
     };
-    let first = chat(&[], "/title trip\nthe harbour at Hội An opens at 6\nand the old town?\n").ok();
+    let first =
+        chat(&[], "/title trip\nthe harbour at Hội An opens at 6\nand the old town?\n").ok();
     assert!(first.contains("echo: and the old town?"), "{first}");
     for (n, next) in [(1, "where do boats leave?"), (2, "and the ferry?"), (3, "thanks")] {
         fake.push_reply(Reply::text(format!("Summary {n}: the harbour opens at 6.")));
