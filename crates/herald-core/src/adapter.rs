@@ -81,7 +81,8 @@ pub enum AdapterEvent {
 /// What the gateway gives an adapter to run with.
 #[derive(Debug)]
 pub struct AdapterContext {
-    /// Where the adapter sends what happens.
+    /// Where the adapter sends what happens: a channel of this adapter's own, so the gateway
+    /// knows the platform of every event without a tag in it.
     pub events: mpsc::Sender<AdapterEvent>,
     /// What the gateway asks the adapter to send.
     pub outbound: mpsc::Receiver<Outbound>,
