@@ -76,6 +76,15 @@ pub enum AdapterEvent {
     /// Every inbound message before this position was settled: persist it, and hand it back as
     /// [`AdapterContext::cursor`] on the next start so nothing is replayed or skipped.
     Cursor(String),
+    /// Every inbound message of `channel` before `cursor` was settled, for a platform whose
+    /// positions are per channel (Discord: the newest handled message id, where a REST backfill
+    /// starts). Persisted like [`AdapterEvent::Cursor`], keyed by the channel too.
+    ChannelCursor {
+        /// The platform's channel id.
+        channel: String,
+        /// The position in that channel.
+        cursor: String,
+    },
 }
 
 /// What the gateway gives an adapter to run with.

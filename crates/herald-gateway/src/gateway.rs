@@ -17,13 +17,13 @@ use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
 use crate::compress::Compressor;
-use crate::cursors::Cursors;
+use crate::cursors::{self, CursorKey, Cursors};
 use crate::events::PlatformEvents;
 use crate::link::{Link, PlatformState, PlatformStates};
 use crate::liveness::{BEATS_WAITING, Beat, Heartbeat, Started};
 use crate::metrics::Metrics;
 use crate::outbox::{Backlog, Outbox};
-use crate::router::{CURSOR, Event, Router};
+use crate::router::{Event, Router};
 use crate::settings::GatewaySettings;
 use crate::shared::Shared;
 
@@ -99,7 +99,7 @@ impl<P: Provider + 'static> Gateway<P> {
     /// is reported and the others keep running.
     pub async fn add_adapter<A: Adapter>(&mut self, adapter: A) -> Result<(), StoreError> {
         let platform = adapter.platform();
-        let cursor = self.store.cursor(platform, CURSOR).await?;
+        let cursor = cursors::saved(&self.store, &CursorKey::platform(platform)).await?;
         let (outbound, outbound_rx) = mpsc::channel(OUTBOUND_QUEUE);
         let (events, ends) = PlatformEvents::new(platform);
         self.events.push(events);
@@ -241,10 +241,14 @@ async fn keep_cursors(
 ) -> bool {
     let deadline = tokio::time::sleep(limit);
     tokio::pin!(done, deadline);
-    let keep = |(platform, event): (Platform, Event)| {
-        if let Event::Adapter(AdapterEvent::Cursor(cursor)) = event {
-            cursors.save(platform, &cursor);
+    let keep = |(platform, event): (Platform, Event)| match event {
+        Event::Adapter(AdapterEvent::Cursor(cursor)) => {
+            cursors.save(CursorKey::platform(platform), &cursor);
         }
+        Event::Adapter(AdapterEvent::ChannelCursor { channel, cursor }) => {
+            cursors.save(CursorKey::channel(platform, channel), &cursor);
+        }
+        _ => {}
     };
     loop {
         tokio::select! {
