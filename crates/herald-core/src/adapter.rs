@@ -1,4 +1,11 @@
 //! The boundary between the gateway and one chat platform.
+//!
+//! Replies cross it as the model wrote them, in markdown. Each adapter turns them into its
+//! platform's markup and splits them to its platform's limit (with [`crate::chunk`], which
+//! never cuts inside a code fence), because only the adapter knows the markup's escaping, how
+//! a conversion changes the length, and what to send again in plain text when the platform
+//! rejects the markup. So core names no platform's markup and the gateway never measures a
+//! reply: [`Capabilities`] holds only what the gateway itself acts on.
 
 use std::future::Future;
 use std::time::Duration;
@@ -28,28 +35,9 @@ impl LengthUnit {
     }
 }
 
-/// The markup a platform renders.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Markup {
-    /// Telegram's HTML subset.
-    TelegramHtml,
-    /// Slack mrkdwn.
-    SlackMrkdwn,
-    /// Markdown as written (Discord).
-    Markdown,
-}
-
-/// What a platform can do, for the gateway and the chunker.
+/// What a platform can do that the gateway acts on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Capabilities {
-    /// The longest message the platform accepts.
-    pub max_len: usize,
-    /// The unit `max_len` counts in.
-    pub unit: LengthUnit,
-    /// The markup replies are converted to.
-    pub markup: Markup,
-    /// Whether sent messages can be edited.
-    pub edit: bool,
     /// Whether a typing indicator exists.
     pub typing: bool,
     /// How long a typing indicator lasts before it must be sent again.

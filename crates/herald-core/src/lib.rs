@@ -11,9 +11,7 @@ mod message;
 mod platform;
 mod role;
 
-pub use adapter::{
-    Adapter, AdapterContext, AdapterError, AdapterEvent, Capabilities, LengthUnit, Markup,
-};
+pub use adapter::{Adapter, AdapterContext, AdapterError, AdapterEvent, Capabilities, LengthUnit};
 pub use chat::{ChatKind, ChatRef, SessionKey, UserRef};
 pub use chunk::chunk;
 pub use message::{Ack, Inbound, Outbound, SendError, SentId, backoff};
