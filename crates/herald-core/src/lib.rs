@@ -9,6 +9,7 @@ mod chat;
 mod chunk;
 mod message;
 mod platform;
+mod reply;
 mod role;
 
 pub use adapter::{Adapter, AdapterContext, AdapterError, AdapterEvent, Capabilities, LengthUnit};
@@ -16,4 +17,5 @@ pub use chat::{ChatKind, ChatRef, SessionKey, UserRef};
 pub use chunk::chunk;
 pub use message::{Ack, Inbound, Outbound, SendError, SentId, backoff};
 pub use platform::{ParsePlatformError, Platform};
+pub use reply::{Placement, ReplyStyle};
 pub use role::{ParseRoleError, Role};
