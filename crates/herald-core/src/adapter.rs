@@ -1,4 +1,11 @@
 //! The boundary between the gateway and one chat platform.
+//!
+//! Replies cross it as the model wrote them, in markdown. Each adapter turns them into its
+//! platform's markup and splits them to its platform's limit (with [`crate::chunk`], which
+//! never cuts inside a code fence), because only the adapter knows the markup's escaping, how
+//! a conversion changes the length, and what to send again in plain text when the platform
+//! rejects the markup. So core names no platform's markup and the gateway never measures a
+//! reply: [`Capabilities`] holds only what the gateway itself acts on.
 
 use std::future::Future;
 use std::time::Duration;
@@ -28,28 +35,9 @@ impl LengthUnit {
     }
 }
 
-/// The markup a platform renders.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Markup {
-    /// Telegram's HTML subset.
-    TelegramHtml,
-    /// Slack mrkdwn.
-    SlackMrkdwn,
-    /// Markdown as written (Discord).
-    Markdown,
-}
-
-/// What a platform can do, for the gateway and the chunker.
+/// What a platform can do that the gateway acts on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Capabilities {
-    /// The longest message the platform accepts.
-    pub max_len: usize,
-    /// The unit `max_len` counts in.
-    pub unit: LengthUnit,
-    /// The markup replies are converted to.
-    pub markup: Markup,
-    /// Whether sent messages can be edited.
-    pub edit: bool,
     /// Whether a typing indicator exists.
     pub typing: bool,
     /// How long a typing indicator lasts before it must be sent again.
@@ -76,12 +64,22 @@ pub enum AdapterEvent {
     /// Every inbound message before this position was settled: persist it, and hand it back as
     /// [`AdapterContext::cursor`] on the next start so nothing is replayed or skipped.
     Cursor(String),
+    /// Every inbound message of `channel` before `cursor` was settled, for a platform whose
+    /// positions are per channel (Discord: the newest handled message id, where a REST backfill
+    /// starts). Persisted like [`AdapterEvent::Cursor`], keyed by the channel too.
+    ChannelCursor {
+        /// The platform's channel id.
+        channel: String,
+        /// The position in that channel.
+        cursor: String,
+    },
 }
 
 /// What the gateway gives an adapter to run with.
 #[derive(Debug)]
 pub struct AdapterContext {
-    /// Where the adapter sends what happens.
+    /// Where the adapter sends what happens: a channel of this adapter's own, so the gateway
+    /// knows the platform of every event without a tag in it.
     pub events: mpsc::Sender<AdapterEvent>,
     /// What the gateway asks the adapter to send.
     pub outbound: mpsc::Receiver<Outbound>,

@@ -9,13 +9,13 @@ mod chat;
 mod chunk;
 mod message;
 mod platform;
+mod reply;
 mod role;
 
-pub use adapter::{
-    Adapter, AdapterContext, AdapterError, AdapterEvent, Capabilities, LengthUnit, Markup,
-};
+pub use adapter::{Adapter, AdapterContext, AdapterError, AdapterEvent, Capabilities, LengthUnit};
 pub use chat::{ChatKind, ChatRef, SessionKey, UserRef};
 pub use chunk::chunk;
 pub use message::{Ack, Inbound, Outbound, SendError, SentId, backoff};
 pub use platform::{ParsePlatformError, Platform};
+pub use reply::{Placement, ReplyStyle};
 pub use role::{ParseRoleError, Role};

@@ -34,8 +34,18 @@ impl Inbound {
 
 /// The gateway's promise about one inbound message: settled once it is durable.
 ///
-/// Adapters advance their platform cursor (the Telegram update offset) only past messages
-/// whose ack was settled; an ack dropped unsettled means "not kept: deliver it again".
+/// Settled means the message is stored with its platform id (so a redelivery is answered
+/// once), or deliberately ignored (unauthorized, not addressed); it never waits for the
+/// answer. An ack dropped unsettled means "not kept: deliver it again". What an adapter does
+/// with it, per platform:
+/// - Telegram: the update offset moves only past settled updates; no deadline, as an update
+///   not confirmed is simply fetched again.
+/// - Discord: a channel's cursor ([`crate::AdapterEvent::ChannelCursor`]) moves only past
+///   settled messages, so a backfill after a gap starts at the first unsettled one; no
+///   deadline either.
+/// - Slack: the envelope is acknowledged once settled, which must happen within 3 s of its
+///   arrival, or Slack delivers it again (`retry_attempt`) and the dedupe answers it once. An
+///   envelope is never acknowledged unsettled, so a late store costs a redelivery, not a loss.
 #[derive(Debug)]
 pub struct Ack(Option<oneshot::Sender<()>>);
 

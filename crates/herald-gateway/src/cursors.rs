@@ -1,4 +1,8 @@
-//! Platform cursors saved off the router's loop.
+//! Platform cursors: how they are named in the store, and saved off the router's loop.
+//!
+//! A cursor is a platform's own position (Telegram's update offset) or, for a platform whose
+//! positions are per channel, one channel's (Discord's newest handled message id). This module
+//! alone knows how either is stored; the router and the adapters only pass them along.
 //!
 //! A cursor write waits its turn behind every other write of the store; done inside the router
 //! it would hold up every chat's messages behind it, worst in a burst of new sessions. Only the
@@ -10,17 +14,53 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use herald_core::Platform;
-use herald_store::Store;
+use herald_store::{Store, StoreError};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::warn;
 
-use crate::router::CURSOR;
+/// The stored name of a platform-wide position: the name it has always had, so that existing
+/// databases resume where they were.
+const PLATFORM_WIDE: &str = "offset";
+
+/// Which position a cursor is.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct CursorKey {
+    /// The platform.
+    pub(crate) platform: Platform,
+    /// The channel, for a platform whose positions are per channel.
+    pub(crate) channel: Option<String>,
+}
+
+impl CursorKey {
+    /// A platform's own position.
+    pub(crate) fn platform(platform: Platform) -> Self {
+        CursorKey { platform, channel: None }
+    }
+
+    /// One channel's position on `platform`.
+    pub(crate) fn channel(platform: Platform, channel: impl Into<String>) -> Self {
+        CursorKey { platform, channel: Some(channel.into()) }
+    }
+
+    /// The name the store keeps this position under, beside its platform.
+    fn stored_name(&self) -> String {
+        match &self.channel {
+            None => PLATFORM_WIDE.to_owned(),
+            Some(channel) => format!("channel:{channel}"),
+        }
+    }
+}
+
+/// The position `key` was saved at, if any: where its adapter resumes.
+pub(crate) async fn saved(store: &Store, key: &CursorKey) -> Result<Option<String>, StoreError> {
+    store.cursor(key.platform, &key.stored_name()).await
+}
 
 /// The router's side: where the newest cursors go.
 #[derive(Debug, Clone)]
 pub(crate) struct Cursors {
-    latest: Arc<watch::Sender<BTreeMap<Platform, String>>>,
+    latest: Arc<watch::Sender<BTreeMap<CursorKey, String>>>,
 }
 
 impl Cursors {
@@ -32,30 +72,31 @@ impl Cursors {
         (Cursors { latest: Arc::new(latest) }, saver)
     }
 
-    /// Records a platform's newest cursor; never waits.
-    pub(crate) fn save(&self, platform: Platform, cursor: &str) {
+    /// Records the newest position of `key`; never waits.
+    pub(crate) fn save(&self, key: CursorKey, cursor: &str) {
         self.latest.send_modify(|all| {
-            all.insert(platform, cursor.to_owned());
+            all.insert(key, cursor.to_owned());
         });
     }
 }
 
-async fn keep(store: Store, mut latest: watch::Receiver<BTreeMap<Platform, String>>) {
-    let mut saved: BTreeMap<Platform, String> = BTreeMap::new();
+async fn keep(store: Store, mut latest: watch::Receiver<BTreeMap<CursorKey, String>>) {
+    let mut saved: BTreeMap<CursorKey, String> = BTreeMap::new();
     loop {
         // After the last handle is gone the final values are still there to save.
         let closed = latest.changed().await.is_err();
         let all = latest.borrow_and_update().clone();
-        for (platform, cursor) in all {
-            if saved.get(&platform) == Some(&cursor) {
+        for (key, cursor) in all {
+            if saved.get(&key) == Some(&cursor) {
                 continue;
             }
-            match store.set_cursor(platform, CURSOR, &cursor).await {
+            match store.set_cursor(key.platform, &key.stored_name(), &cursor).await {
                 Ok(()) => {
-                    saved.insert(platform, cursor);
+                    saved.insert(key, cursor);
                 }
                 Err(e) => warn!(
-                    %platform,
+                    platform = %key.platform,
+                    channel = key.channel.as_deref(),
                     error = %e,
                     "could not save the platform cursor; a restart may see some messages again (they are deduplicated)"
                 ),
@@ -78,12 +119,24 @@ mod tests {
         let store = Store::open(StoreOptions::new(dir.path().join("state.db"))).await.unwrap();
         let (cursors, saver) = Cursors::start(store.clone());
         for offset in 1..=100 {
-            cursors.save(Platform::Telegram, &offset.to_string());
+            cursors.save(CursorKey::platform(Platform::Telegram), &offset.to_string());
         }
-        cursors.clone().save(Platform::Slack, "s");
+        cursors.clone().save(CursorKey::platform(Platform::Slack), "s");
+        cursors.save(CursorKey::channel(Platform::Discord, "c1"), "11");
+        cursors.save(CursorKey::channel(Platform::Discord, "c2"), "22");
+        cursors.save(CursorKey::channel(Platform::Discord, "c1"), "12");
         drop(cursors);
         saver.await.unwrap();
-        assert_eq!(store.cursor(Platform::Telegram, CURSOR).await.unwrap().as_deref(), Some("100"));
-        assert_eq!(store.cursor(Platform::Slack, CURSOR).await.unwrap().as_deref(), Some("s"));
+        let saved = async |key| saved(&store, &key).await.unwrap();
+        assert_eq!(saved(CursorKey::platform(Platform::Telegram)).await.as_deref(), Some("100"));
+        assert_eq!(saved(CursorKey::platform(Platform::Slack)).await.as_deref(), Some("s"));
+        assert_eq!(saved(CursorKey::channel(Platform::Discord, "c1")).await.as_deref(), Some("12"));
+        assert_eq!(saved(CursorKey::channel(Platform::Discord, "c2")).await.as_deref(), Some("22"));
+        assert_eq!(saved(CursorKey::platform(Platform::Discord)).await, None);
+        // The name Telegram's offset was always stored under: an upgrade resumes from it.
+        assert_eq!(
+            store.cursor(Platform::Telegram, "offset").await.unwrap().as_deref(),
+            Some("100")
+        );
     }
 }

@@ -6,6 +6,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::stream::SelectAll;
+use futures::{FutureExt, StreamExt};
 use herald_agent::{Provider, ToolRegistry};
 use herald_core::{Adapter, AdapterContext, AdapterEvent, Platform};
 use herald_store::{Store, StoreError};
@@ -15,17 +17,15 @@ use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
 use crate::compress::Compressor;
-use crate::cursors::Cursors;
+use crate::cursors::{self, CursorKey, Cursors};
+use crate::events::PlatformEvents;
 use crate::link::{Link, PlatformState, PlatformStates};
 use crate::liveness::{BEATS_WAITING, Beat, Heartbeat, Started};
 use crate::metrics::Metrics;
 use crate::outbox::{Backlog, Outbox};
-use crate::router::{CURSOR, Event, Router};
+use crate::router::{Event, Router};
 use crate::settings::GatewaySettings;
 use crate::shared::Shared;
-
-/// An adapter's event, tagged with its platform.
-type Tagged = (Platform, Event);
 
 /// Outbound requests an adapter may have waiting.
 const OUTBOUND_QUEUE: usize = 1024;
@@ -40,7 +40,7 @@ pub struct Gateway<P> {
     tools: ToolRegistry,
     settings: GatewaySettings,
     links: HashMap<Platform, Link>,
-    events: (mpsc::Sender<Tagged>, mpsc::Receiver<Tagged>),
+    events: SelectAll<PlatformEvents>,
     adapters: TaskTracker,
     stop_adapters: CancellationToken,
     states: PlatformStates,
@@ -59,7 +59,7 @@ impl<P: Provider + 'static> Gateway<P> {
             tools,
             settings,
             links: HashMap::new(),
-            events: mpsc::channel(OUTBOUND_QUEUE),
+            events: SelectAll::new(),
             adapters: TaskTracker::new(),
             stop_adapters: CancellationToken::new(),
             states: PlatformStates::default(),
@@ -99,27 +99,19 @@ impl<P: Provider + 'static> Gateway<P> {
     /// is reported and the others keep running.
     pub async fn add_adapter<A: Adapter>(&mut self, adapter: A) -> Result<(), StoreError> {
         let platform = adapter.platform();
-        let cursor = self.store.cursor(platform, CURSOR).await?;
+        let cursor = cursors::saved(&self.store, &CursorKey::platform(platform)).await?;
         let (outbound, outbound_rx) = mpsc::channel(OUTBOUND_QUEUE);
-        let (adapter_events, mut adapter_rx) = mpsc::channel(OUTBOUND_QUEUE);
+        let (events, ends) = PlatformEvents::new(platform);
+        self.events.push(events);
         let link = Link { outbound, caps: adapter.capabilities(), metrics: self.metrics.clone() };
         self.links.insert(platform, link);
         self.states.set(platform, PlatformState::Starting);
         self.metrics.add_platform(platform);
-        let context = AdapterContext { events: adapter_events, outbound: outbound_rx, cursor };
-        let events = self.events.0.clone();
+        let context = AdapterContext { events: ends.events, outbound: outbound_rx, cursor };
         let stop = self.stop_adapters.clone();
         self.adapters.spawn(async move {
-            let forward = async {
-                while let Some(event) = adapter_rx.recv().await {
-                    if events.send((platform, Event::Adapter(event))).await.is_err() {
-                        break;
-                    }
-                }
-            };
-            let (result, ()) = tokio::join!(adapter.run(context, stop), forward);
-            let _ =
-                events.send((platform, Event::Stopped(result.err().map(|e| e.to_string())))).await;
+            let result = adapter.run(context, stop).await;
+            let _ = ends.stopped.send(result.err().map(|e| e.to_string()));
         });
         Ok(())
     }
@@ -133,7 +125,7 @@ impl<P: Provider + 'static> Gateway<P> {
             tools,
             settings,
             links,
-            events,
+            mut events,
             adapters,
             stop_adapters,
             states,
@@ -142,7 +134,6 @@ impl<P: Provider + 'static> Gateway<P> {
             started,
             backlog,
         } = self;
-        let (_, mut events) = events;
         // Only the heartbeats handed out keep the channel open; with none, `recv` is `None`.
         let (_, mut beats) = beats;
         let drain = settings.drain_timeout;
@@ -175,7 +166,7 @@ impl<P: Provider + 'static> Gateway<P> {
                 Some(beat) = beats.recv() => {
                     let _ = beat.send(());
                 }
-                Some((platform, event)) = events.recv() => {
+                Some((platform, event)) = events.next() => {
                     if let Event::Adapter(AdapterEvent::Inbound(_)) = &event {
                         metrics.received(platform);
                     }
@@ -243,23 +234,27 @@ impl<P: Provider + 'static> Gateway<P> {
 /// and answering heartbeats: the drain is progress too.
 async fn keep_cursors(
     cursors: &Cursors,
-    events: &mut mpsc::Receiver<(Platform, Event)>,
+    events: &mut SelectAll<PlatformEvents>,
     beats: &mut mpsc::Receiver<Beat>,
     done: impl Future<Output = ()>,
     limit: Duration,
 ) -> bool {
     let deadline = tokio::time::sleep(limit);
     tokio::pin!(done, deadline);
-    let keep = |(platform, event): (Platform, Event)| {
-        if let Event::Adapter(AdapterEvent::Cursor(cursor)) = event {
-            cursors.save(platform, &cursor);
+    let keep = |(platform, event): (Platform, Event)| match event {
+        Event::Adapter(AdapterEvent::Cursor(cursor)) => {
+            cursors.save(CursorKey::platform(platform), &cursor);
         }
+        Event::Adapter(AdapterEvent::ChannelCursor { channel, cursor }) => {
+            cursors.save(CursorKey::channel(platform, channel), &cursor);
+        }
+        _ => {}
     };
     loop {
         tokio::select! {
             () = &mut done => {
                 // What was reported just before the end still counts.
-                while let Ok(event) = events.try_recv() {
+                while let Some(Some(event)) = events.next().now_or_never() {
                     keep(event);
                 }
                 return true;
@@ -268,7 +263,7 @@ async fn keep_cursors(
             Some(beat) = beats.recv() => {
                 let _ = beat.send(());
             }
-            Some(event) = events.recv() => keep(event),
+            Some(event) = events.next() => keep(event),
         }
     }
 }

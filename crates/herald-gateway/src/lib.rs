@@ -13,6 +13,7 @@ mod auth;
 mod commands;
 pub mod compress;
 mod cursors;
+mod events;
 mod gateway;
 pub mod history;
 mod link;

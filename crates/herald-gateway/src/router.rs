@@ -13,14 +13,12 @@ use tracing::{debug, error, info, warn};
 
 use crate::auth::{self, Pairing, Verdict};
 use crate::commands::Command;
-use crate::cursors::Cursors;
+use crate::cursors::{CursorKey, Cursors};
 use crate::link::{PlatformState, PlatformStates};
 use crate::outbox::Parcel;
 use crate::shared::Shared;
 use crate::worker::{Idle, Input, Worker};
 
-/// The name of the cursor adapters report (the Telegram update offset).
-pub(crate) const CURSOR: &str = "offset";
 /// Inputs a worker may have waiting before the router waits for it.
 const WORKER_INBOX: usize = 256;
 
@@ -114,7 +112,12 @@ impl<P: Provider + 'static> Router<P> {
     pub(crate) async fn on_event(&mut self, platform: Platform, event: Event) {
         match event {
             Event::Adapter(AdapterEvent::Inbound(inbound)) => self.on_inbound(inbound).await,
-            Event::Adapter(AdapterEvent::Cursor(cursor)) => self.cursors.save(platform, &cursor),
+            Event::Adapter(AdapterEvent::Cursor(cursor)) => {
+                self.cursors.save(CursorKey::platform(platform), &cursor);
+            }
+            Event::Adapter(AdapterEvent::ChannelCursor { channel, cursor }) => {
+                self.cursors.save(CursorKey::channel(platform, channel), &cursor);
+            }
             Event::Adapter(AdapterEvent::Connected { bot }) => {
                 info!(%platform, %bot, "platform connected");
                 self.states.set(platform, PlatformState::Connected { bot });

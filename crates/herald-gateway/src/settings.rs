@@ -6,9 +6,11 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use herald_core::Platform;
+use serde::Deserialize;
 
-/// What a message does while its session's agent is running.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// What a message does while its session's agent is running (`gateway.busy_input`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum BusyInput {
     /// Waits its turn; every message is answered, in order.
     #[default]
@@ -17,10 +19,11 @@ pub enum BusyInput {
     Interrupt,
 }
 
-/// Who may start a conversation in a direct message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// Who may start a conversation in a direct message (each platform's `dm_policy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum DmPolicy {
-    /// Unknown users get a one-time code the operator approves.
+    /// Unknown users get a one-time code the operator approves with `herald pairing approve`.
     #[default]
     Pair,
     /// Only listed and approved users; others are ignored.

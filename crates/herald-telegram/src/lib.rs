@@ -15,9 +15,7 @@ mod split;
 
 use std::time::Duration;
 
-use herald_core::{
-    Adapter, AdapterContext, AdapterError, Capabilities, LengthUnit, Markup, Platform,
-};
+use herald_core::{Adapter, AdapterContext, AdapterError, Capabilities, Platform};
 use tokio_util::sync::CancellationToken;
 
 pub use markup::{escape_html, to_telegram_html};
@@ -85,14 +83,7 @@ impl Adapter for TelegramAdapter {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            max_len: MAX_MESSAGE_LEN,
-            unit: LengthUnit::Utf16,
-            markup: Markup::TelegramHtml,
-            edit: true,
-            typing: true,
-            typing_lasts: Duration::from_secs(5),
-        }
+        Capabilities { typing: true, typing_lasts: Duration::from_secs(5) }
     }
 
     async fn run(

@@ -3,15 +3,15 @@
 //! [`crate::daemon`]: systemd notifications and watchdog, `/healthz` and `/metrics`, and the
 //! reload on SIGHUP.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use herald_core::Platform;
+use herald_agent::Provider;
+use herald_core::{Adapter, Platform};
 use herald_gateway::compress::CompressionSettings;
-use herald_gateway::{Access, BusyInput, DmPolicy, Gateway, GatewaySettings, Reloadable, history};
+use herald_gateway::{Gateway, GatewaySettings, Reloadable, history};
 use herald_store::Store;
 use herald_telegram::{TelegramAdapter, TelegramSettings};
 use tokio::signal::unix::{SignalKind, signal};
@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
-use crate::config::{self, Config, ConfigError, DmPolicy as ConfigDmPolicy, Loaded};
+use crate::config::{self, Config, ConfigError, Loaded, TelegramConfig};
 use crate::daemon::health::{self, HealthState};
 use crate::daemon::notify::{self, Notifier};
 use crate::daemon::reload;
@@ -59,26 +59,13 @@ pub async fn serve(
     let mut gateway = Gateway::new(store.clone(), provider, tools, settings.clone());
     let mut started = Vec::new();
     if let Some(telegram) = &config.telegram {
-        match config::resolve(&telegram.token_env) {
-            Ok(token) => {
-                let settings = TelegramSettings::new(token.expose(), &telegram.api_url);
-                gateway.add_adapter(TelegramAdapter::new(settings)).await?;
-                started.push(Platform::Telegram);
-            }
-            Err(missing) => error!(
-                platform = "telegram",
-                "cannot start: {missing} (telegram.token_env names the variable)"
-            ),
-        }
+        start(&mut gateway, &mut started, Platform::Telegram, telegram_adapter(telegram)).await?;
     }
-    for (name, present) in
-        [("discord", config.discord.is_some()), ("slack", config.slack.is_some())]
+    for (platform, present) in
+        [(Platform::Discord, config.discord.is_some()), (Platform::Slack, config.slack.is_some())]
     {
         if present {
-            warn!(
-                platform = name,
-                "this build of herald cannot run {name} yet; the section is ignored"
-            );
+            warn!(%platform, "this build of herald cannot run {platform} yet; the section is ignored");
         }
     }
     if started.is_empty() {
@@ -135,10 +122,7 @@ pub fn settings(config: &Config) -> anyhow::Result<GatewaySettings> {
     let gateway = &config.gateway;
     let settings = GatewaySettings {
         max_concurrent_runs: usize::try_from(gateway.max_concurrent_runs).unwrap_or(usize::MAX),
-        busy_input: match gateway.busy_input {
-            config::BusyInput::Queue => BusyInput::Queue,
-            config::BusyInput::Interrupt => BusyInput::Interrupt,
-        },
+        busy_input: gateway.busy_input,
         group_sessions_per_user: gateway.group_sessions_per_user,
         drain_timeout: Duration::from_secs(gateway.drain_timeout_s),
         max_iterations: config.model.max_iterations,
@@ -160,29 +144,35 @@ pub fn compression(config: &Config) -> CompressionSettings {
     }
 }
 
-/// What a reload may change, from `[agent]` and the platform sections of this build.
+/// What a reload may change: the persona from `[agent]`, the access rules of every platform
+/// section.
 pub fn reloadable(config: &Config) -> anyhow::Result<Reloadable> {
     let persona = config.agent.persona_text().context("could not read agent.persona_file")?;
-    let mut access = HashMap::new();
-    if let Some(t) = &config.telegram {
-        access.insert(
-            Platform::Telegram,
-            self::access(&t.allowed_users, t.dm_policy, t.require_mention),
-        );
-    }
-    Ok(Reloadable { persona, access })
+    Ok(Reloadable { persona, access: config.access() })
 }
 
-fn access(allowed: &[String], dm_policy: ConfigDmPolicy, require_mention: bool) -> Access {
-    Access {
-        allowed_users: allowed.to_vec(),
-        dm_policy: match dm_policy {
-            ConfigDmPolicy::Pair => DmPolicy::Pair,
-            ConfigDmPolicy::Allowlist => DmPolicy::Allowlist,
-            ConfigDmPolicy::Open => DmPolicy::Open,
-        },
-        require_mention,
+/// Starts one platform's adapter, or reports why it cannot start while the others go on.
+async fn start<A: Adapter, P: Provider + 'static>(
+    gateway: &mut Gateway<P>,
+    started: &mut Vec<Platform>,
+    platform: Platform,
+    adapter: Result<A, String>,
+) -> anyhow::Result<()> {
+    match adapter {
+        Ok(adapter) => {
+            gateway.add_adapter(adapter).await?;
+            started.push(platform);
+        }
+        Err(why) => error!(%platform, "cannot start: {why}"),
     }
+    Ok(())
+}
+
+/// The Telegram adapter of `[telegram]`, or why it cannot be built.
+fn telegram_adapter(section: &TelegramConfig) -> Result<TelegramAdapter, String> {
+    let token = config::resolve(&section.token_env)
+        .map_err(|missing| format!("{missing} (telegram.token_env names the variable)"))?;
+    Ok(TelegramAdapter::new(TelegramSettings::new(token.expose(), &section.api_url)))
 }
 
 /// Resolves on the first SIGTERM or SIGINT.

@@ -11,17 +11,21 @@ mod secret;
 mod spans;
 mod validate;
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use herald_core::Platform;
+use herald_gateway::Access;
 use herald_store::StoreOptions;
 use serde::Deserialize;
 use serde::de::{self, Deserializer};
 
 pub use error::ConfigError;
+pub use herald_gateway::{BusyInput, DmPolicy};
 pub use load::{Env, Loaded, candidates, load, parse};
-pub use platforms::{DiscordConfig, DmPolicy, SlackConfig, TelegramConfig};
+pub use platforms::{DiscordConfig, PlatformSection, SlackConfig, TelegramConfig};
 pub use secret::{MissingSecret, Secret, SecretRef, check_secrets, resolve};
 
 /// `config/herald.example.toml`: every key, commented, set to its default.
@@ -192,17 +196,6 @@ impl Default for GatewayConfig {
     }
 }
 
-/// What a message arriving while its session runs does.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum BusyInput {
-    /// Waits its turn; every message is answered in order.
-    #[default]
-    Queue,
-    /// Stops the running turn at the next boundary and is answered instead.
-    Interrupt,
-}
-
 impl Config {
     /// The `[store]` section as the store's open options.
     pub fn store_options(&self) -> StoreOptions {
@@ -211,6 +204,20 @@ impl Config {
             write_patience: Duration::from_millis(self.store.write_patience_ms),
             ..StoreOptions::new(&self.store.path)
         }
+    }
+
+    /// Each configured platform's access rules, as the gateway applies them.
+    pub fn access(&self) -> HashMap<Platform, Access> {
+        let mut all = HashMap::new();
+        let mut add = |platform, access: Option<Access>| {
+            if let Some(access) = access {
+                all.insert(platform, access);
+            }
+        };
+        add(TelegramConfig::PLATFORM, self.telegram.as_ref().map(PlatformSection::access));
+        add(DiscordConfig::PLATFORM, self.discord.as_ref().map(PlatformSection::access));
+        add(SlackConfig::PLATFORM, self.slack.as_ref().map(PlatformSection::access));
+        all
     }
 
     /// The names of the platforms whose sections are present, in display order.

@@ -1,19 +1,59 @@
 //! The platform sections: `[telegram]`, `[discord]` and `[slack]`.
 
+use herald_core::Platform;
+use herald_gateway::{Access, DmPolicy};
 use serde::Deserialize;
 
-/// Who may start a conversation in a direct message.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DmPolicy {
-    /// Unknown users get a one-time code the operator approves with `herald pairing approve`.
-    #[default]
-    Pair,
-    /// Only `allowed_users` and approved users; others are ignored.
-    Allowlist,
-    /// Everyone.
-    Open,
+/// What every platform section has in common: the access rules `allowed_users`, `dm_policy`
+/// and `require_mention`, read and reloaded the same way for each platform.
+///
+/// The rules stay plain fields of each section rather than one `#[serde(flatten)]` struct:
+/// serde's flatten drops the key path and line of an error inside it, and every config error
+/// must name its key.
+pub trait PlatformSection {
+    /// The platform the section configures.
+    const PLATFORM: Platform;
+    /// The dotted keys of the access rules, for the reload report.
+    const ACCESS_KEYS: [&'static str; 3];
+
+    /// The section's access rules, as the gateway applies them.
+    fn access(&self) -> Access;
+
+    /// Takes the access rules of `other` (a reload), keeping everything else.
+    fn set_access(&mut self, access: Access);
 }
+
+macro_rules! platform_section {
+    ($section:ty, $platform:expr, $name:literal) => {
+        impl PlatformSection for $section {
+            const PLATFORM: Platform = $platform;
+            const ACCESS_KEYS: [&'static str; 3] = [
+                concat!($name, ".allowed_users"),
+                concat!($name, ".dm_policy"),
+                concat!($name, ".require_mention"),
+            ];
+
+            fn access(&self) -> Access {
+                Access {
+                    allowed_users: self.allowed_users.clone(),
+                    dm_policy: self.dm_policy,
+                    require_mention: self.require_mention,
+                }
+            }
+
+            fn set_access(&mut self, access: Access) {
+                let Access { allowed_users, dm_policy, require_mention } = access;
+                self.allowed_users = allowed_users;
+                self.dm_policy = dm_policy;
+                self.require_mention = require_mention;
+            }
+        }
+    };
+}
+
+platform_section!(TelegramConfig, Platform::Telegram, "telegram");
+platform_section!(DiscordConfig, Platform::Discord, "discord");
+platform_section!(SlackConfig, Platform::Slack, "slack");
 
 /// `[telegram]`: a Telegram bot.
 #[derive(Debug, Clone, PartialEq, Deserialize)]

@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::commands::gateway::reloadable;
-use crate::config::{self, Config, Env};
+use crate::config::{self, Config, Env, PlatformSection};
 
 /// What one reload found changed.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -77,11 +77,10 @@ pub fn apply(
     // What a restart would pick up stays as it runs; the reloadable part is the new file's.
     let mut effective = running.clone();
     effective.agent = new.agent.clone();
-    if let (Some(old), Some(new)) = (&mut effective.telegram, &new.telegram) {
-        old.allowed_users.clone_from(&new.allowed_users);
-        old.dm_policy = new.dm_policy;
-        old.require_mention = new.require_mention;
-    }
+    let mut access = Vec::new();
+    take_access(&mut effective.telegram, &new.telegram, &mut access);
+    take_access(&mut effective.discord, &new.discord, &mut access);
+    take_access(&mut effective.slack, &new.slack, &mut access);
     let live = reloadable(&effective)?;
 
     let mut applied = Vec::new();
@@ -89,19 +88,40 @@ pub fn apply(
     if settings.persona() != live.persona {
         applied.push("agent.persona");
     }
-    if let (Some(old), Some(new)) = (&running.telegram, &new.telegram) {
-        let mut check = |key, changed| {
-            if changed {
-                applied.push(key);
-            }
-        };
-        check("telegram.allowed_users", old.allowed_users != new.allowed_users);
-        check("telegram.dm_policy", old.dm_policy != new.dm_policy);
-        check("telegram.require_mention", old.require_mention != new.require_mention);
-    }
+    applied.extend(access);
     settings.update(|current| *current = live);
     *running = effective;
     Ok(Changes { applied, restart })
+}
+
+/// Gives a platform section that stays configured the access rules of its new version, and
+/// names the keys that changed. A section added or removed waits for a restart.
+fn take_access<S: PlatformSection>(
+    running: &mut Option<S>,
+    new: &Option<S>,
+    changed: &mut Vec<&'static str>,
+) {
+    let (Some(running), Some(new)) = (running, new) else { return };
+    let (old, new) = (running.access(), new.access());
+    let [allowed_users, dm_policy, require_mention] = S::ACCESS_KEYS;
+    for (key, differs) in [
+        (allowed_users, old.allowed_users != new.allowed_users),
+        (dm_policy, old.dm_policy != new.dm_policy),
+        (require_mention, old.require_mention != new.require_mention),
+    ] {
+        if differs {
+            changed.push(key);
+        }
+    }
+    running.set_access(new);
+}
+
+/// A platform section without its access rules: what only a restart applies.
+fn without_access<S: PlatformSection + Clone>(section: &Option<S>) -> Option<S> {
+    section.clone().map(|mut s| {
+        s.set_access(herald_gateway::Access::default());
+        s
+    })
 }
 
 /// The changed keys that the running daemon cannot take: model, store, gateway limits,
@@ -139,8 +159,8 @@ fn restart_keys(old: &Config, new: &Config) -> Vec<&'static str> {
         }
         (o, n) => check("telegram", o.is_some() != n.is_some()),
     }
-    check("discord", old.discord != new.discord);
-    check("slack", old.slack != new.slack);
+    check("discord", without_access(&old.discord) != without_access(&new.discord));
+    check("slack", without_access(&old.slack) != without_access(&new.slack));
     keys
 }
 
@@ -194,6 +214,29 @@ mod tests {
         assert!(access.lists("2"));
         assert_eq!(access.dm_policy, herald_gateway::DmPolicy::Allowlist);
         assert_eq!(settings.persona(), "You are terse.");
+    }
+
+    #[test]
+    fn every_platform_section_gets_its_access_rules_and_their_reload() {
+        let (mut running, settings) = start(
+            "[telegram]\n[discord]\nallowed_users = [\"7\"]\n[slack]\ndm_policy = \"open\"\n",
+        );
+        assert!(settings.access(Platform::Discord).lists("7"));
+        assert_eq!(settings.access(Platform::Slack).dm_policy, herald_gateway::DmPolicy::Open);
+        let new = parse(
+            "[telegram]\n[discord]\nallowed_users = [\"7\", \"8\"]\n\
+             [slack]\ndm_policy = \"open\"\nrequire_mention = false\n",
+        );
+        let changes = apply(&mut running, new, &settings).expect("applied");
+        assert_eq!(
+            changes,
+            Changes {
+                applied: vec!["discord.allowed_users", "slack.require_mention"],
+                restart: vec![]
+            }
+        );
+        assert!(settings.access(Platform::Discord).lists("8"));
+        assert!(!settings.access(Platform::Slack).require_mention);
     }
 
     #[test]
