@@ -1,14 +1,15 @@
-//! One turn, the same for the gateway, `herald chat` and the benchmark: what the person said is
-//! stored first (so a failed or stopped turn never loses it), the session's history is read
-//! back, the agent runs over it, and everything it produced is stored in one transaction with
-//! the reply's outbox entry when the reply has somewhere to go. Compression happens here, once,
-//! for all three.
+//! One turn, the same for the gateway, `herald chat` and the benchmark: the session's history
+//! is read back, the agent runs over it, and everything it produced is stored in one
+//! transaction with the reply's outbox entry when the reply has somewhere to go. What the person
+//! said is never lost: a platform message is stored when it arrives, before the turn; a typed
+//! line is stored with the answer, or on its own when the model fails or the turn is stopped.
+//! Compression happens here, once, for all three.
 
 use std::time::{Duration, Instant};
 
 use herald_agent::{Agent, Message, Provider, ProviderError, ToolContext, TurnError, TurnOutput};
 use herald_core::{ChatRef, Role};
-use herald_store::{Delivery, NewMessage, Session, Store, StoreError, TokenUsage};
+use herald_store::{Delivery, Session, Store, StoreError, TokenUsage};
 use tokio_util::sync::CancellationToken;
 
 use crate::compress::{self, CompressFailed, Compressed, Compressor};
@@ -90,53 +91,36 @@ impl<P: Provider> Turn<'_, P> {
         cancel: &CancellationToken,
     ) -> Result<Answer, TurnFailed> {
         let first = self.context.session_id.as_str();
+        // A typed line is stored with the answer, in one write, or alone when no answer comes.
+        let mut pending = None;
         match said {
             Said::Stored => {}
             Said::Queued(positions) => {
                 self.store.take_queued(first, positions).await?;
             }
-            Said::Line(line) => {
-                self.store.append_messages(first, vec![NewMessage::user(line)]).await?;
-            }
+            Said::Line(line) => pending = Some(Message::user(line)),
         }
         let began = Instant::now();
         let mut history = self.history(first).await?;
         let read = began.elapsed();
+        history.extend(pending.clone());
         let mut child: Option<Session> = None;
-        if let Some(compressor) = self.compressor {
-            let tokens = self.prompt_tokens(compressor, first, &history).await?;
-            if compressor.due(first, tokens) {
-                self.compress(compressor, &mut history, &mut child, cancel).await?;
-            }
-            // Still too long for the window (not compressed, or it failed): the oldest messages
-            // are left out of this request; the store keeps them.
-            if child.is_none() && tokens > compressor.settings.context_window {
-                let system = compress::estimate(self.agent.system_prompt);
-                let budget = compressor.settings.limit().saturating_sub(system);
-                history.drain(..compress::tail_start(&history, budget));
-            }
-        }
-        let output = match self.answer(&history, child.as_ref(), cancel).await {
-            Err(TurnFailed::Model(ProviderError::ContextTooLong { .. }))
-                if self.compressor.is_some() =>
-            {
-                // The model says it does not fit, whatever the estimate said: compress now
-                // (or, failing that, leave the oldest messages out) and try once more.
-                let compressor = self.compressor.expect("checked by the guard");
-                if !self.compress(compressor, &mut history, &mut child, cancel).await? {
-                    let budget = compressor.settings.limit() / 2;
-                    history.drain(..compress::tail_start(&history, budget));
+        let output = match self.think(&mut history, &mut child, pending.as_ref(), cancel).await {
+            Ok(output) => output,
+            Err(failed) => {
+                if let Some(line) = &pending {
+                    let session = child.as_ref().map_or(first, |c| c.id.as_str());
+                    self.store.append_messages(session, vec![history::to_store(line)]).await?;
                 }
-                self.answer(&history, child.as_ref(), cancel).await?
+                return Err(failed);
             }
-            answered => answered?,
         };
         let session = child.as_ref().map_or(first, |c| c.id.as_str());
         let reply = match output.reply().trim() {
             "" => EMPTY_REPLY.to_owned(),
             reply => reply.to_owned(),
         };
-        let delta: Vec<_> = output.messages.iter().map(history::to_store).collect();
+        let delta: Vec<_> = pending.iter().chain(&output.messages).map(history::to_store).collect();
         let usage = TokenUsage {
             context: i64::try_from(output.context_tokens).unwrap_or(i64::MAX),
             ..history::usage(output.usage)
@@ -159,6 +143,45 @@ impl<P: Provider> Turn<'_, P> {
             compressor.note_counted(session, output.context_tokens);
         }
         Ok(Answer { reply, outbox, read, stored: storing.elapsed(), session: child })
+    }
+
+    /// Compression when due, then the agent's answer (compressing, or cutting, and trying once
+    /// more when the model refuses the request as too long). `history` is the request: the
+    /// stored conversation, then the `pending` line when there is one.
+    async fn think(
+        &self,
+        history: &mut Vec<Message>,
+        child: &mut Option<Session>,
+        pending: Option<&Message>,
+        cancel: &CancellationToken,
+    ) -> Result<TurnOutput, TurnFailed> {
+        let first = self.context.session_id.as_str();
+        let Some(compressor) = self.compressor else {
+            return self.answer(history, None, cancel).await;
+        };
+        let tokens = self.prompt_tokens(compressor, first, history).await?;
+        if compressor.due(first, tokens) {
+            self.compress(compressor, history, child, pending, cancel).await?;
+        }
+        // Still too long for the window (not compressed, or it failed): the oldest messages
+        // are left out of this request; the store keeps them.
+        if child.is_none() && tokens > compressor.settings.context_window {
+            let system = compress::estimate(self.agent.system_prompt);
+            let budget = compressor.settings.limit().saturating_sub(system);
+            history.drain(..compress::tail_start(history, budget));
+        }
+        match self.answer(history, child.as_ref(), cancel).await {
+            // The model says it does not fit, whatever the estimate said: compress now (or,
+            // failing that, leave the oldest messages out) and try once more.
+            Err(TurnFailed::Model(ProviderError::ContextTooLong { .. })) => {
+                if !self.compress(compressor, history, child, pending, cancel).await? {
+                    let budget = compressor.settings.limit() / 2;
+                    history.drain(..compress::tail_start(history, budget));
+                }
+                self.answer(history, child.as_ref(), cancel).await
+            }
+            answered => answered,
+        }
     }
 
     /// Compresses the session now (`/compress`), whatever its size.
@@ -208,23 +231,27 @@ impl<P: Provider> Turn<'_, P> {
         Ok((counted + since).max(whole))
     }
 
-    /// Compresses the session into a child, switching `history` to the child's; whether it did.
-    /// A failure leaves the conversation as it was (the compressor tries again later).
+    /// Compresses the session into a child, switching `history` to the child's (then the
+    /// `pending` line); whether it did. A failure leaves the conversation as it was (the
+    /// compressor tries again later).
     async fn compress(
         &self,
         compressor: &Compressor,
         history: &mut Vec<Message>,
         child: &mut Option<Session>,
+        pending: Option<&Message>,
         cancel: &CancellationToken,
     ) -> Result<bool, TurnFailed> {
         let session = match child {
             Some(current) => current.clone(),
             None => self.current().await?,
         };
-        match compressor.compress(self.store, self.agent.provider, &session, history, cancel).await
-        {
+        let stored = &history[..history.len() - usize::from(pending.is_some())];
+        let provider = self.agent.provider;
+        match compressor.compress(self.store, provider, &session, stored, cancel).await {
             Ok(done) => {
                 *history = self.history(&done.child.id).await?;
+                history.extend(pending.cloned());
                 *child = Some(done.child);
                 Ok(true)
             }
