@@ -144,6 +144,11 @@ impl Compressor {
         counts.insert(session.to_owned(), tokens);
     }
 
+    /// Forgets a session's count: its history changed outside a turn (`/undo`, `/retry`).
+    pub fn forget(&self, session: &str) {
+        self.counts().remove(session);
+    }
+
     fn counts(&self) -> std::sync::MutexGuard<'_, HashMap<String, u64>> {
         self.counted.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }

@@ -160,25 +160,37 @@ impl<P: Provider> Turn<'_, P> {
             return self.answer(history, None, cancel).await;
         };
         let tokens = self.prompt_tokens(compressor, first, history).await?;
-        if compressor.due(first, tokens) {
+        let over = tokens >= compressor.settings.limit();
+        let tried = compressor.due(first, tokens);
+        if tried {
             self.compress(compressor, history, child, pending, cancel).await?;
         }
-        // Still too long for the window (not compressed, or it failed): the oldest messages
-        // are left out of this request; the store keeps them.
-        if child.is_none() && tokens > compressor.settings.context_window {
-            let system = compress::estimate(self.agent.system_prompt);
-            let budget = compressor.settings.limit().saturating_sub(system);
-            history.drain(..compress::tail_start(history, budget));
-        }
-        match self.answer(history, child.as_ref(), cancel).await {
-            // The model says it does not fit, whatever the estimate said: compress now (or,
-            // failing that, leave the oldest messages out) and try once more.
+        // The oldest messages are left out of a request that would not fit (not compressed, or
+        // it failed); the conversation itself, which a later compression summarizes, keeps them.
+        let system = compress::estimate(self.agent.system_prompt);
+        let cut = |history: &[Message], budget: u64| {
+            history[compress::tail_start(history, budget.saturating_sub(system))..].to_vec()
+        };
+        let request = match child {
+            None if tokens > compressor.settings.context_window => {
+                cut(history, compressor.settings.limit())
+            }
+            _ => history.clone(),
+        };
+        match self.answer(&request, child.as_ref(), cancel).await {
+            // The model says it does not fit, whatever the estimate said: compress now (unless
+            // this turn already tried, or a failure's backoff holds it), or cut deeper, and try
+            // once more.
             Err(TurnFailed::Model(ProviderError::ContextTooLong { .. })) => {
-                if !self.compress(compressor, history, child, pending, cancel).await? {
-                    let budget = compressor.settings.limit() / 2;
-                    history.drain(..compress::tail_start(history, budget));
-                }
-                self.answer(history, child.as_ref(), cancel).await
+                let compressed = child.is_none()
+                    && !tried
+                    && !over
+                    && self.compress(compressor, history, child, pending, cancel).await?;
+                let request = match compressed {
+                    true => history.clone(),
+                    false => cut(history, compressor.settings.limit() / 2),
+                };
+                self.answer(&request, child.as_ref(), cancel).await
             }
             answered => answered,
         }

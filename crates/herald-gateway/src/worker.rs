@@ -113,7 +113,10 @@ impl<P: Provider + 'static> Worker<P> {
                     self.running = None;
                     match end {
                         Ok(TurnEnd::Answered { moved: Some(child) }) => self.moved_to(*child),
-                        Ok(_) => {}
+                        Ok(TurnEnd::Answered { moved: None }) => {}
+                        // The turn may have compressed the conversation before it failed: the
+                        // route says where it goes on.
+                        Ok(TurnEnd::Failed | TurnEnd::Cancelled) => self.session = None,
                         Err(e) => warn!(key = %self.key, error = %e, "a turn task failed"),
                     }
                 }
@@ -266,8 +269,9 @@ impl<P: Provider + 'static> Worker<P> {
     /// At shutdown: commands still waiting are quick and change only the store; run them.
     async fn finish_commands(&mut self) {
         while let Some(pending) = self.queue.pop_front() {
+            // /retry and /compress call the model: not during the drain.
             if let Pending::Command(command, allowed) = pending
-                && command != Command::Retry
+                && !matches!(command, Command::Retry | Command::Compress)
             {
                 let _ = self.run_command(command, allowed, false).await;
             }

@@ -118,6 +118,7 @@ impl<P: Provider + 'static> Worker<P> {
 
     async fn undo(&mut self) -> Result<String, StoreError> {
         let id = self.session().await?.session.id;
+        self.shared.compressor.forget(&id);
         Ok(match self.shared.store.undo_last_exchange(&id).await? {
             0 => "There is nothing to undo.".to_owned(),
             _ => "Forgot your last message and its answer.".to_owned(),
@@ -140,6 +141,7 @@ impl<P: Provider + 'static> Worker<P> {
 
     async fn retry(&mut self) -> Result<Option<JoinHandle<TurnEnd>>, StoreError> {
         let id = self.session().await?.session.id;
+        self.shared.compressor.forget(&id);
         match self.shared.store.reset_last_answer(&id).await? {
             Some(_) => Ok(Some(self.spawn_turn(Vec::new(), None))),
             None => Ok(None),

@@ -90,8 +90,15 @@ pub async fn run(loaded: &Loaded, args: ChatArgs) -> anyhow::Result<ExitCode> {
                 let outcome =
                     turn::run(&store, &provider, &tools, &chat, &compressor, line).await?;
                 turn::print(&mut stdout, &outcome)?;
-                if let turn::Outcome::Answered { moved: Some(child), .. } = &outcome {
-                    chat.session = (**child).clone();
+                match &outcome {
+                    turn::Outcome::Answered { moved: Some(child), .. } => {
+                        chat.session = (**child).clone();
+                    }
+                    // The turn may have compressed the conversation before it failed.
+                    turn::Outcome::Failed(_) | turn::Outcome::Cancelled => {
+                        chat.session = store.newest_in_chain(&chat.session.id).await?;
+                    }
+                    _ => {}
                 }
                 if let turn::Outcome::Quit = outcome {
                     break;

@@ -252,3 +252,49 @@ async fn compress_on_request_and_status_shows_the_chain() {
     store.close().await;
     assert_eq!(d.stop().await, 0, "{}", d.logs());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_turn_stopped_after_compressing_leaves_the_conversation_in_the_child() {
+    let mut d = Daemon::start("busy_input = \"interrupt\"").await;
+    d.reconfigure(&[
+        ("model", "context_window", "4000"),
+        ("compression", "keep_recent_tokens", "10"),
+    ])
+    .await;
+    say(&d, "one", 1).await;
+    d.model.push_usage(3300, 20);
+    say(&d, "two", 2).await;
+    d.model.push_reply(Reply::text("Said one and two."));
+    d.model.set_latency(Duration::from_millis(800));
+    let before = d.model.request_count();
+    d.telegram.dm(1001, "three");
+    // The summary, then the answer: the conversation is compressed and the answer runs.
+    let started = Instant::now();
+    while d.model.request_count() < before + 2 {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{} of {before}: {:?}\n{}",
+            d.model.request_count(),
+            d.telegram.sent_to(1001),
+            d.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    d.model.set_latency(Duration::ZERO);
+    // A new message stops that answer (interrupt mode) and is answered instead.
+    d.telegram.dm(1001, "four");
+    let started = Instant::now();
+    while !d.telegram.sent_to(1001).iter().any(|m| m.text == "echo: four") {
+        assert!(started.elapsed() < Duration::from_secs(20), "{}", d.logs());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let store = d.store().await;
+    let all = sessions(&store).await;
+    assert_eq!(all.len(), 2, "{all:?}");
+    let parent = store.history(&all[0].id).await.unwrap();
+    assert!(!parent.iter().any(|m| m.content == "four"), "nothing written to the ended session");
+    let child = store.history(&all[1].id).await.unwrap();
+    assert!(child.iter().any(|m| m.content == "four"), "{child:?}");
+    store.close().await;
+    assert_eq!(d.stop().await, 0, "{}", d.logs());
+}
