@@ -58,6 +58,12 @@ pub(crate) struct Parcel {
 }
 
 impl Parcel {
+    /// A line that is not stored (a command's answer, a failure notice): it keeps its place
+    /// among the chat's replies, and is lost with the process.
+    pub(crate) fn unstored(chat: ChatRef, reply_to: Option<String>, text: String) -> Parcel {
+        Parcel { outbox: None, chat, reply_to, text, stored_at: now_ms(), again: false }
+    }
+
     /// A reply left in the outbox by an earlier run.
     pub(crate) fn recovered(reply: Undelivered) -> Parcel {
         Parcel {

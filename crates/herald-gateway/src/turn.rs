@@ -167,13 +167,8 @@ async fn think<P: Provider>(shared: &Shared<P>, job: &TurnJob) -> Result<Answer,
 /// Tells the user a turn failed. The line is not stored: the question is, and /retry or the
 /// next message answers it.
 async fn tell_failure<P>(shared: &Shared<P>, job: &TurnJob, line: String) {
-    let Some(link) = shared.links.get(&job.chat.platform) else { return };
-    if let Err(e) = link.send(&job.chat, line, job.reply_to.clone()).await {
-        warn!(
-            platform = %job.chat.platform, chat = %job.chat.id, error = %e,
-            "could not tell the user that their turn failed (their message is stored)"
-        );
-    }
+    // Behind the chat's earlier replies, like any answer.
+    shared.outbox.carry(Parcel::unstored(job.chat.clone(), job.reply_to.clone(), line)).await;
 }
 
 /// Keeps the typing indicator on until the returned token is cancelled.

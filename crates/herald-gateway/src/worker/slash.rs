@@ -9,6 +9,7 @@ use super::Worker;
 use crate::auth::Allowed;
 use crate::commands::{Command, HELP};
 use crate::compress::CompressFailed;
+use crate::outbox::Parcel;
 use crate::turn::TurnEnd;
 
 impl<P: Provider + 'static> Worker<P> {
@@ -38,9 +39,8 @@ impl<P: Provider + 'static> Worker<P> {
             warn!(key = %self.key, error = %e, "a command failed");
             "Sorry, that did not work (the store failed); please try again.".to_owned()
         });
-        if let Some(link) = self.shared.links.get(&self.chat.platform) {
-            link.notify(&self.chat, reply).await;
-        }
+        // Behind the chat's earlier replies, so an answer never overtakes one still waiting.
+        self.shared.outbox.post(Parcel::unstored(self.chat.clone(), None, reply));
         None
     }
 
