@@ -1,13 +1,16 @@
 //! Fake servers for herald's tests and offline trials: the scripted OpenAI-compatible model
 //! server ([`FakeModel`], also the `herald-fake-model` binary) and the Telegram Bot API
-//! ([`FakeTelegram`], also the `herald-fake-telegram` binary).
+//! ([`FakeTelegram`], also the `herald-fake-telegram` binary), and the first slice of a fake
+//! Discord ([`FakeDiscord`]: REST v10 and the Gateway WebSocket).
 //!
 //! Depends on nothing of ours, so any crate may use it in tests without a cycle; it is never
 //! linked into the daemon. Every fake binds to loopback and speaks the real wire format, so the
 //! real clients run against it unchanged.
 
+pub mod discord;
 mod model;
 pub mod telegram;
 
+pub use discord::FakeDiscord;
 pub use model::{FakeModel, Fault, Reply};
 pub use telegram::{FakeTelegram, TelegramFault};

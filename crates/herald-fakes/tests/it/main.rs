@@ -1,11 +1,13 @@
 //! The fakes over real HTTP: the model server driven with reqwest like a provider client would,
-//! the Telegram Bot API with the real teloxide client.
+//! the Telegram Bot API with the real teloxide client, the first slice of the fake Discord with a
+//! plain WebSocket client and reqwest.
 #![allow(clippy::unwrap_used)]
 
 mod binary;
 mod context_window;
 mod control;
 mod defaults;
+mod discord;
 mod faults;
 mod script;
 mod telegram;

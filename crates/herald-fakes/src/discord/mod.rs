@@ -1,0 +1,171 @@
+//! The fake Discord: REST v10 and the Gateway WebSocket on one loopback port, written from
+//! Discord's documented protocol, for herald's Discord adapter and for offline trials.
+//!
+//! - REST ([`rest`]): `GET /api/v10/gateway` (the gateway URL, `ws://127.0.0.1:PORT`), `GET
+//!   /api/v10/gateway/bot`, `GET /api/v10/users/@me`, `POST /api/v10/channels/{id}/messages`
+//!   (`content` ≤ 2000 characters, else 400 code 50035; `allowed_mentions`,
+//!   `message_reference`, `nonce` + `enforce_nonce` recorded, and a repeated enforced nonce gets
+//!   the first message back). Anything but `/gateway` wants `Authorization: Bot TOKEN`, else 401.
+//! - Gateway ([`gateway`]) at `/`: HELLO, IDENTIFY → READY (the intents recorded), heartbeats
+//!   ACKed, MESSAGE_CREATE dispatches with increasing `s`, RESUME → replay then RESUMED, close
+//!   4004 for a bad token, any close code on [`FakeDiscord::close_with`].
+//! - Control over HTTP under `/_fake/` ([`control`]).
+//!
+//! Not yet: threads, interactions and application commands, op 7 and INVALID_SESSION faults,
+//! 429 and 5xx on send, `GET /channels/{id}/messages`, typing, the binary.
+
+mod control;
+mod gateway;
+mod rest;
+mod server;
+mod state;
+
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub use gateway::HEARTBEAT_INTERVAL_MS;
+pub use rest::MAX_CONTENT;
+use server::Ctx;
+use state::{Event, Shared};
+pub use state::{Identify, InboundMessage, SentMessage};
+
+/// A running fake Discord; clones share it, and it stops when the last is dropped.
+#[derive(Clone, Debug)]
+pub struct FakeDiscord {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    shutdown: CancellationToken,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+impl FakeDiscord {
+    /// The only bot token the fake accepts.
+    pub const TOKEN: &'static str = "fake-discord-token.herald.test";
+    /// The bot's user (and application) id.
+    pub const BOT_ID: u64 = 100_000_000_000_000_001;
+    /// The bot's username.
+    pub const BOT_USERNAME: &'static str = "herald_test_bot";
+
+    /// Starts a server on `127.0.0.1` with a port chosen by the system.
+    ///
+    /// # Panics
+    /// If no loopback port can be bound, which leaves a test nothing to do.
+    pub async fn start() -> FakeDiscord {
+        let loopback = SocketAddr::from((Ipv4Addr::LOCALHOST, 0));
+        match FakeDiscord::start_on(loopback).await {
+            Ok(fake) => fake,
+            Err(err) => panic!("could not bind a loopback port for the fake discord: {err}"),
+        }
+    }
+
+    /// Starts a server on `addr` (port 0 picks a free one).
+    pub async fn start_on(addr: SocketAddr) -> io::Result<FakeDiscord> {
+        let listener = TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared::default());
+        let shutdown = CancellationToken::new();
+        let ctx = Ctx {
+            shared: shared.clone(),
+            gateway_url: format!("ws://{}", reachable(addr)),
+            shutdown: shutdown.clone(),
+        };
+        let task = tokio::spawn(server::serve(listener, ctx));
+        let inner = Inner { addr, shared, shutdown, task: Mutex::new(Some(task)) };
+        Ok(FakeDiscord { inner: Arc::new(inner) })
+    }
+
+    /// The address the server listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.inner.addr
+    }
+
+    /// The HTTP base, like `http://127.0.0.1:PORT` (REST is under `/api/v10`; serenity's
+    /// `HttpBuilder::proxy` takes this).
+    pub fn api_url(&self) -> String {
+        format!("http://{}", reachable(self.inner.addr))
+    }
+
+    /// The gateway URL `GET /api/v10/gateway` returns, like `ws://127.0.0.1:PORT`.
+    pub fn gateway_url(&self) -> String {
+        format!("ws://{}", reachable(self.inner.addr))
+    }
+
+    /// The DM channel id of a user in this fake.
+    pub fn dm_channel(user_id: u64) -> u64 {
+        user_id.wrapping_add(500_000_000_000_000_000)
+    }
+
+    /// Dispatches `msg` as MESSAGE_CREATE to the identified connections (and into the log a
+    /// RESUME replays); (message id, seq).
+    pub fn inject_message(&self, msg: InboundMessage) -> (u64, u64) {
+        self.inner.shared.inject(&msg)
+    }
+
+    /// Every message the bot posted, in order.
+    pub fn sent(&self) -> Vec<SentMessage> {
+        self.inner.shared.lock().sent.clone()
+    }
+
+    /// Waits until the bot has posted at least `n` messages, or `timeout` passed; what was posted.
+    pub async fn wait_sent(&self, n: usize, timeout: Duration) -> Vec<SentMessage> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut sends = self.inner.shared.sent.subscribe();
+        loop {
+            {
+                let state = self.inner.shared.lock();
+                if state.sent.len() >= n || tokio::time::Instant::now() >= deadline {
+                    return state.sent.clone();
+                }
+            }
+            tokio::select! {
+                _ = sends.changed() => {}
+                () = tokio::time::sleep_until(deadline) => {}
+            }
+        }
+    }
+
+    /// Every IDENTIFY received (token and intents), in order.
+    pub fn identifies(&self) -> Vec<Identify> {
+        self.inner.shared.lock().identifies.clone()
+    }
+
+    /// Closes every open gateway connection with close `code` (4004, 4014, 4000, ...).
+    pub fn close_with(&self, code: u16) {
+        // No connection open: nothing to close.
+        let _ = self.inner.shared.events.send(Event::Close(code));
+    }
+
+    /// Stops the server (for every clone) and waits until it no longer accepts connections.
+    pub async fn shutdown(&self) {
+        self.inner.shutdown.cancel();
+        let task = self.inner.task.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(task) = task {
+            let _ = task.await;
+        }
+    }
+}
+
+/// `addr`, with loopback for an unspecified address (the one sure to reach it).
+fn reachable(mut addr: SocketAddr) -> SocketAddr {
+    if addr.ip().is_unspecified() {
+        addr.set_ip(Ipv4Addr::LOCALHOST.into());
+    }
+    addr
+}

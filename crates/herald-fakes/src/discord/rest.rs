@@ -1,0 +1,157 @@
+//! REST v10 under `/api/v10`: `GET /gateway`, `GET /gateway/bot`, `GET /users/@me` and `POST
+//! /channels/{id}/messages`. Every route but `/gateway` wants `Authorization: Bot TOKEN`
+//! (401 otherwise); a post is checked as Discord checks it (400 code 50035 for content over
+//! 2000 characters, 50006 for an empty message).
+
+use axum::Json;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+
+use super::FakeDiscord;
+use super::server::Ctx;
+use super::state::{self, SentMessage};
+
+/// The longest `content` Discord accepts, in characters.
+pub const MAX_CONTENT: usize = 2000;
+
+pub(crate) fn routes() -> Router<Ctx> {
+    Router::new()
+        .route("/api/v10/gateway", get(gateway))
+        .route("/api/v10/gateway/bot", get(gateway_bot))
+        .route("/api/v10/users/@me", get(me))
+        .route("/api/v10/channels/{channel_id}/messages", post(create_message))
+}
+
+fn error(status: StatusCode, code: u32, message: &str) -> Response {
+    (status, Json(json!({"message": message, "code": code}))).into_response()
+}
+
+fn unauthorized() -> Response {
+    error(StatusCode::UNAUTHORIZED, 0, "401: Unauthorized")
+}
+
+fn authorized(headers: &HeaderMap) -> bool {
+    let expected = format!("Bot {}", FakeDiscord::TOKEN);
+    headers.get("authorization").and_then(|v| v.to_str().ok()) == Some(expected.as_str())
+}
+
+async fn gateway(State(ctx): State<Ctx>) -> Json<Value> {
+    Json(json!({"url": ctx.gateway_url}))
+}
+
+async fn gateway_bot(State(ctx): State<Ctx>, headers: HeaderMap) -> Response {
+    if !authorized(&headers) {
+        return unauthorized();
+    }
+    let limit =
+        json!({"total": 1000, "remaining": 999, "reset_after": 14_400_000, "max_concurrency": 1});
+    Json(json!({"url": ctx.gateway_url, "shards": 1, "session_start_limit": limit})).into_response()
+}
+
+async fn me(headers: HeaderMap) -> Response {
+    if !authorized(&headers) {
+        return unauthorized();
+    }
+    Json(state::bot_user()).into_response()
+}
+
+fn invalid_form(field: &str, code: &str, message: &str) -> Response {
+    let errors = json!({ field: {"_errors": [{"code": code, "message": message}]} });
+    let body = json!({"message": "Invalid Form Body", "code": 50035, "errors": errors});
+    (StatusCode::BAD_REQUEST, Json(body)).into_response()
+}
+
+async fn create_message(
+    State(ctx): State<Ctx>,
+    Path(channel_id): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if !authorized(&headers) {
+        return unauthorized();
+    }
+    let Ok(channel_id) = channel_id.parse::<u64>() else {
+        return invalid_form("channel_id", "NUMBER_TYPE_COERCE", "Value is not snowflake.");
+    };
+    let body: Value = match serde_json::from_slice(&body) {
+        Ok(Value::Object(map)) => Value::Object(map),
+        _ => {
+            return error(StatusCode::BAD_REQUEST, 50109, "The request body contains invalid JSON.");
+        }
+    };
+    let content = match body.get("content") {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(text)) => text.clone(),
+        Some(_) => {
+            return invalid_form(
+                "content",
+                "STRING_TYPE_CONVERT",
+                "Could not interpret value as string.",
+            );
+        }
+    };
+    if content.chars().count() > MAX_CONTENT {
+        return invalid_form("content", "BASE_TYPE_MAX_LENGTH", "Must be 2000 or fewer in length.");
+    }
+    let has_other = ["embeds", "sticker_ids", "components", "attachments"]
+        .iter()
+        .any(|key| body.get(key).and_then(Value::as_array).is_some_and(|a| !a.is_empty()));
+    if content.is_empty() && !has_other {
+        return error(StatusCode::BAD_REQUEST, 50006, "Cannot send an empty message");
+    }
+    let nonce = body.get("nonce").filter(|n| !n.is_null()).cloned();
+    match &nonce {
+        None | Some(Value::Number(_)) => {}
+        Some(Value::String(text)) if text.chars().count() <= 25 => {}
+        Some(_) => {
+            return invalid_form("nonce", "BASE_TYPE_MAX_LENGTH", "Must be 25 or fewer in length.");
+        }
+    }
+    let enforce_nonce = body.get("enforce_nonce").and_then(Value::as_bool).unwrap_or(false);
+    let message_reference = body.get("message_reference").filter(|v| !v.is_null()).cloned();
+    let allowed_mentions = body.get("allowed_mentions").filter(|v| !v.is_null()).cloned();
+    let id = {
+        let mut state = ctx.shared.lock();
+        // With `enforce_nonce`, a second post with the same nonce in the channel gets the first
+        // message back instead of a new one.
+        let earlier = state
+            .sent
+            .iter()
+            .find(|m| {
+                enforce_nonce && nonce.is_some() && m.channel_id == channel_id && m.nonce == nonce
+            })
+            .map(|m| m.id);
+        if let Some(id) = earlier {
+            let mut message = state::message(id, channel_id, state::bot_user(), &content, vec![]);
+            message["nonce"] = nonce.clone().unwrap_or(Value::Null);
+            return Json(message).into_response();
+        }
+        let id = state.next_id();
+        state.sent.push(SentMessage {
+            id,
+            channel_id,
+            content: content.clone(),
+            message_reference: message_reference.clone(),
+            allowed_mentions,
+            nonce: nonce.clone(),
+            enforce_nonce,
+        });
+        id
+    };
+    let _ = ctx.shared.sent.send_replace(ctx.shared.lock().sent.len());
+    let mut message = state::message(id, channel_id, state::bot_user(), &content, vec![]);
+    if let Some(nonce) = nonce {
+        message["nonce"] = nonce;
+    }
+    if let Some(reference) = message_reference {
+        message["message_reference"] = reference;
+    }
+    // Discord tells the gateway of the bot's own messages too.
+    ctx.shared.dispatch("MESSAGE_CREATE", message.clone());
+    Json(message).into_response()
+}

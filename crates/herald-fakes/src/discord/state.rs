@@ -1,0 +1,273 @@
+//! What the fake Discord remembers: the dispatch log (for RESUME), the sessions it issued, what
+//! the bot posted and what it identified with. One `std::sync::Mutex`, never held across an
+//! `.await`; gateway connections learn of new dispatches and faults through a broadcast channel.
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::sync::{broadcast, watch};
+
+use super::FakeDiscord;
+
+/// Discord's epoch (2015-01-01) in Unix milliseconds, the base of snowflakes.
+const DISCORD_EPOCH_MS: u64 = 1_420_070_400_000;
+
+/// A message a user (or another bot) sends, to be dispatched as `MESSAGE_CREATE`.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct InboundMessage {
+    /// The author's user id.
+    pub author_id: u64,
+    /// The text; with `mention_bot` the bot's mention `<@BOT_ID> ` is put in front.
+    pub content: String,
+    /// The channel; `None` is the DM channel of the author ([`FakeDiscord::dm_channel`]).
+    #[serde(default)]
+    pub channel_id: Option<u64>,
+    /// The server; `None` is a DM.
+    #[serde(default)]
+    pub guild_id: Option<u64>,
+    /// Whether the message mentions the bot.
+    #[serde(default)]
+    pub mention_bot: bool,
+    /// Whether the author is a bot.
+    #[serde(default)]
+    pub author_is_bot: bool,
+}
+
+impl InboundMessage {
+    /// A direct message from `author_id`.
+    pub fn dm(author_id: u64, content: &str) -> InboundMessage {
+        InboundMessage {
+            author_id,
+            content: content.to_owned(),
+            channel_id: None,
+            guild_id: None,
+            mention_bot: false,
+            author_is_bot: false,
+        }
+    }
+
+    /// A message in server `guild_id`'s channel `channel_id`.
+    pub fn channel(
+        guild_id: u64,
+        channel_id: u64,
+        author_id: u64,
+        content: &str,
+    ) -> InboundMessage {
+        InboundMessage {
+            channel_id: Some(channel_id),
+            guild_id: Some(guild_id),
+            ..InboundMessage::dm(author_id, content)
+        }
+    }
+
+    /// The same message, mentioning the bot.
+    pub fn mentioning_bot(self) -> InboundMessage {
+        InboundMessage { mention_bot: true, ..self }
+    }
+
+    /// The same message, written by a bot.
+    pub fn from_bot(self) -> InboundMessage {
+        InboundMessage { author_is_bot: true, ..self }
+    }
+}
+
+/// A message the bot posted with `POST /channels/{id}/messages`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SentMessage {
+    /// The message id the fake gave it.
+    pub id: u64,
+    /// The channel it was posted in.
+    pub channel_id: u64,
+    /// Its text.
+    pub content: String,
+    /// The `message_reference` as sent, if any.
+    pub message_reference: Option<Value>,
+    /// The `allowed_mentions` as sent, if any.
+    pub allowed_mentions: Option<Value>,
+    /// The `nonce` as sent (a string or an integer), if any.
+    pub nonce: Option<Value>,
+    /// Whether `enforce_nonce` was true.
+    pub enforce_nonce: bool,
+}
+
+/// What a connection is told.
+#[derive(Clone, Debug)]
+pub(crate) enum Event {
+    /// A dispatch was logged with this sequence number.
+    Dispatch(u64),
+    /// Close every gateway connection with this code.
+    Close(u16),
+}
+
+/// One `IDENTIFY` the fake accepted or refused.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Identify {
+    /// The token as sent.
+    pub token: String,
+    /// The intents bit set.
+    pub intents: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    last_id: u64,
+    /// The last sequence number given.
+    pub seq: u64,
+    /// Every dispatch after READY, as (seq, full payload).
+    pub log: Vec<(u64, Value)>,
+    pub sessions: Vec<String>,
+    pub identifies: Vec<Identify>,
+    pub sent: Vec<SentMessage>,
+}
+
+/// The state shared by handlers and handles.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    state: Mutex<State>,
+    pub events: broadcast::Sender<Event>,
+    /// How many messages the bot has posted; bumped on every post.
+    pub sent: watch::Sender<usize>,
+}
+
+impl Default for Shared {
+    fn default() -> Shared {
+        Shared {
+            state: Mutex::new(State::default()),
+            events: broadcast::Sender::new(1024),
+            sent: watch::Sender::new(0),
+        }
+    }
+}
+
+impl Shared {
+    pub fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Logs a dispatch `t` with data `d` under the next sequence number and tells connections.
+    pub fn dispatch(&self, t: &str, d: Value) -> u64 {
+        let seq = {
+            let mut state = self.lock();
+            state.seq += 1;
+            let seq = state.seq;
+            state.log.push((seq, json!({"op": 0, "t": t, "s": seq, "d": d})));
+            seq
+        };
+        // No connection listening is not an error: the dispatch waits in the log for a RESUME.
+        let _ = self.events.send(Event::Dispatch(seq));
+        seq
+    }
+
+    /// Dispatches `msg` as MESSAGE_CREATE; (message id, seq).
+    pub fn inject(&self, msg: &InboundMessage) -> (u64, u64) {
+        let id = self.lock().next_id();
+        let channel_id = msg.channel_id.unwrap_or_else(|| FakeDiscord::dm_channel(msg.author_id));
+        let author = json!({
+            "id": msg.author_id.to_string(),
+            "username": format!("user{}", msg.author_id),
+            "discriminator": "0",
+            "global_name": null,
+            "avatar": null,
+            "bot": msg.author_is_bot,
+        });
+        let (content, mentions) = if msg.mention_bot {
+            (format!("<@{}> {}", FakeDiscord::BOT_ID, msg.content), vec![bot_user()])
+        } else {
+            (msg.content.clone(), vec![])
+        };
+        let mut d = message(id, channel_id, author, &content, mentions);
+        if let Some(guild) = msg.guild_id {
+            d["guild_id"] = json!(guild.to_string());
+            d["member"] = json!({"roles": [], "joined_at": timestamp(), "deaf": false, "mute": false, "flags": 0});
+        }
+        (id, self.dispatch("MESSAGE_CREATE", d))
+    }
+}
+
+impl State {
+    /// A fresh snowflake, greater than every earlier one.
+    pub fn next_id(&mut self) -> u64 {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        let id = (now.saturating_sub(DISCORD_EPOCH_MS) << 22).max(self.last_id + 1);
+        self.last_id = id;
+        id
+    }
+
+    /// A new session id, remembered for RESUME.
+    pub fn new_session(&mut self) -> String {
+        let session = format!("fake-session-{}", self.sessions.len() + 1);
+        self.sessions.push(session.clone());
+        session
+    }
+}
+
+/// The bot's user object.
+pub(crate) fn bot_user() -> Value {
+    json!({
+        "id": FakeDiscord::BOT_ID.to_string(),
+        "username": FakeDiscord::BOT_USERNAME,
+        "discriminator": "0",
+        "global_name": null,
+        "avatar": null,
+        "bot": true,
+        "verified": true,
+        "mfa_enabled": false,
+        "flags": 0,
+    })
+}
+
+/// A message object as Discord's API and gateway send it.
+pub(crate) fn message(
+    id: u64,
+    channel_id: u64,
+    author: Value,
+    content: &str,
+    mentions: Vec<Value>,
+) -> Value {
+    json!({
+        "id": id.to_string(),
+        "channel_id": channel_id.to_string(),
+        "author": author,
+        "content": content,
+        "timestamp": timestamp(),
+        "edited_timestamp": null,
+        "tts": false,
+        "mention_everyone": false,
+        "mentions": mentions,
+        "mention_roles": [],
+        "attachments": [],
+        "embeds": [],
+        "pinned": false,
+        "type": 0,
+        "flags": 0,
+    })
+}
+
+/// Now, as an ISO 8601 timestamp (UTC, second precision).
+fn timestamp() -> String {
+    let secs = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days as i64);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.000000+00:00",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Howard Hinnant's days-to-civil.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}

@@ -1,0 +1,328 @@
+//! The fake Discord over a plain WebSocket client and reqwest: the gateway handshake, dispatches,
+//! heartbeats, RESUME, and the REST checks.
+
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use herald_fakes::FakeDiscord;
+use herald_fakes::discord::InboundMessage;
+use serde_json::{Value, json};
+use tokio::net::TcpStream;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+
+const WAIT: Duration = Duration::from_secs(5);
+/// The intents herald asks for: guild messages, direct messages, message content.
+const INTENTS: u64 = (1 << 9) | (1 << 12) | (1 << 15);
+
+async fn connect(fake: &FakeDiscord) -> Ws {
+    let url: Value = reqwest::get(format!("{}/api/v10/gateway", fake.api_url()))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let url = format!("{}/?v=10&encoding=json", url["url"].as_str().unwrap());
+    tokio_tungstenite::connect_async(url).await.unwrap().0
+}
+
+/// The next JSON frame.
+async fn next(ws: &mut Ws) -> Value {
+    loop {
+        match tokio::time::timeout(WAIT, ws.next()).await.unwrap().unwrap().unwrap() {
+            Message::Text(text) => return serde_json::from_str(text.as_str()).unwrap(),
+            Message::Close(frame) => panic!("closed: {frame:?}"),
+            _ => {}
+        }
+    }
+}
+
+async fn send(ws: &mut Ws, payload: Value) {
+    ws.send(Message::Text(payload.to_string().into())).await.unwrap();
+}
+
+/// The close code the server ends with.
+async fn close_code(ws: &mut Ws) -> u16 {
+    loop {
+        match tokio::time::timeout(WAIT, ws.next()).await.unwrap() {
+            Some(Ok(Message::Close(Some(frame)))) => return frame.code.into(),
+            Some(Ok(_)) => {}
+            other => panic!("no close frame: {other:?}"),
+        }
+    }
+}
+
+/// HELLO, IDENTIFY, READY; the READY payload.
+async fn identify(ws: &mut Ws) -> Value {
+    let hello = next(ws).await;
+    assert_eq!(hello["op"], 10);
+    assert_eq!(hello["d"]["heartbeat_interval"], 41_250);
+    let d = json!({"token": FakeDiscord::TOKEN, "intents": INTENTS, "properties": {"os": "linux", "browser": "t", "device": "t"}});
+    send(ws, json!({"op": 2, "d": d})).await;
+    let ready = next(ws).await;
+    assert_eq!((ready["op"].as_u64(), ready["t"].as_str()), (Some(0), Some("READY")));
+    ready
+}
+
+fn rest(fake: &FakeDiscord, path: &str) -> String {
+    format!("{}/api/v10{path}", fake.api_url())
+}
+
+async fn post(fake: &FakeDiscord, channel: u64, auth: &str, body: Value) -> reqwest::Response {
+    reqwest::Client::new()
+        .post(rest(fake, &format!("/channels/{channel}/messages")))
+        .header("authorization", auth)
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+}
+
+fn bot_auth() -> String {
+    format!("Bot {}", FakeDiscord::TOKEN)
+}
+
+#[tokio::test]
+async fn identify_gets_ready_and_the_intents_are_recorded() {
+    let fake = FakeDiscord::start().await;
+    let mut ws = connect(&fake).await;
+    let ready = identify(&mut ws).await;
+    assert_eq!(ready["d"]["user"]["id"], FakeDiscord::BOT_ID.to_string());
+    assert!(ready["d"]["session_id"].as_str().is_some_and(|s| !s.is_empty()));
+    assert_eq!(ready["d"]["resume_gateway_url"], fake.gateway_url());
+    assert_eq!(fake.identifies()[0].intents, INTENTS);
+}
+
+#[tokio::test]
+async fn heartbeats_are_acked() {
+    let fake = FakeDiscord::start().await;
+    let mut ws = connect(&fake).await;
+    identify(&mut ws).await;
+    for _ in 0..2 {
+        send(&mut ws, json!({"op": 1, "d": null})).await;
+        assert_eq!(next(&mut ws).await["op"], 11);
+    }
+}
+
+#[tokio::test]
+async fn injected_messages_arrive_as_message_create_with_increasing_seq() {
+    let fake = FakeDiscord::start().await;
+    let mut ws = connect(&fake).await;
+    let ready = identify(&mut ws).await;
+    let (dm_id, _) = fake.inject_message(InboundMessage::dm(42, "hello"));
+    fake.inject_message(InboundMessage::channel(7, 8, 43, "hi bot").mentioning_bot());
+    fake.inject_message(InboundMessage::channel(7, 8, 44, "beep").from_bot());
+
+    let dm = next(&mut ws).await;
+    assert_eq!((dm["op"].as_u64(), dm["t"].as_str()), (Some(0), Some("MESSAGE_CREATE")));
+    assert_eq!(dm["d"]["id"], dm_id.to_string());
+    assert_eq!(dm["d"]["content"], "hello");
+    assert_eq!(dm["d"]["author"]["id"], "42");
+    assert_eq!(dm["d"]["channel_id"], FakeDiscord::dm_channel(42).to_string());
+    assert!(dm["d"].get("guild_id").is_none());
+
+    let mention = next(&mut ws).await;
+    assert_eq!(mention["d"]["content"], format!("<@{}> hi bot", FakeDiscord::BOT_ID));
+    assert_eq!(mention["d"]["mentions"][0]["id"], FakeDiscord::BOT_ID.to_string());
+    assert_eq!(
+        (mention["d"]["guild_id"].as_str(), mention["d"]["channel_id"].as_str()),
+        (Some("7"), Some("8"))
+    );
+
+    let from_bot = next(&mut ws).await;
+    assert_eq!(from_bot["d"]["author"]["bot"], true);
+
+    let seqs: Vec<u64> =
+        [&ready, &dm, &mention, &from_bot].iter().map(|p| p["s"].as_u64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+}
+
+#[tokio::test]
+async fn a_post_is_recorded_and_answered_with_the_message() {
+    let fake = FakeDiscord::start().await;
+    let body = json!({
+        "content": "an answer",
+        "allowed_mentions": {"parse": []},
+        "message_reference": {"message_id": "123", "fail_if_not_exists": false},
+        "nonce": "n-1",
+        "enforce_nonce": true,
+    });
+    let response = post(&fake, 8, &bot_auth(), body.clone()).await;
+    assert_eq!(response.status(), 200);
+    let message: Value = response.json().await.unwrap();
+    assert_eq!(message["content"], "an answer");
+    assert_eq!(message["author"]["id"], FakeDiscord::BOT_ID.to_string());
+
+    let sent = fake.sent();
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].channel_id, 8);
+    assert_eq!(sent[0].content, "an answer");
+    assert_eq!(sent[0].allowed_mentions, Some(json!({"parse": []})));
+    assert_eq!(sent[0].message_reference.as_ref().unwrap()["message_id"], "123");
+    assert_eq!(sent[0].nonce, Some(json!("n-1")));
+
+    // The same enforced nonce again: the first message back, nothing new posted.
+    let again: Value = post(&fake, 8, &bot_auth(), body).await.json().await.unwrap();
+    assert_eq!(again["id"], message["id"]);
+    assert_eq!(fake.sent().len(), 1);
+
+    let over_http: Value = reqwest::get(format!("{}/_fake/sent?channel_id=8", fake.api_url()))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(over_http[0]["content"], "an answer");
+}
+
+#[tokio::test]
+async fn content_over_2000_characters_is_refused_with_50035() {
+    let fake = FakeDiscord::start().await;
+    // Characters, not bytes: 2000 of `é` fit.
+    let fits = post(&fake, 8, &bot_auth(), json!({"content": "é".repeat(2000)})).await;
+    assert_eq!(fits.status(), 200);
+    let response = post(&fake, 8, &bot_auth(), json!({"content": "x".repeat(2001)})).await;
+    assert_eq!(response.status(), 400);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["code"], 50035);
+    assert_eq!(body["errors"]["content"]["_errors"][0]["code"], "BASE_TYPE_MAX_LENGTH");
+    let empty = post(&fake, 8, &bot_auth(), json!({"content": ""})).await;
+    assert_eq!(empty.status(), 400);
+    assert_eq!(fake.sent().len(), 1);
+}
+
+#[tokio::test]
+async fn a_bad_or_missing_token_gets_401() {
+    let fake = FakeDiscord::start().await;
+    for auth in ["Bot wrong", FakeDiscord::TOKEN, ""] {
+        let response = post(&fake, 8, auth, json!({"content": "hi"})).await;
+        assert_eq!(response.status(), 401, "{auth:?}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["code"], 0);
+    }
+    let me = reqwest::get(rest(&fake, "/users/@me")).await.unwrap();
+    assert_eq!(me.status(), 401);
+    let me: Value = reqwest::Client::new()
+        .get(rest(&fake, "/users/@me"))
+        .header("authorization", bot_auth())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(me["id"], FakeDiscord::BOT_ID.to_string());
+    let bot: Value = reqwest::Client::new()
+        .get(rest(&fake, "/gateway/bot"))
+        .header("authorization", bot_auth())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(bot["url"], fake.gateway_url());
+    assert_eq!(bot["shards"], 1);
+    assert!(fake.sent().is_empty());
+}
+
+#[tokio::test]
+async fn a_bad_token_on_identify_closes_with_4004() {
+    let fake = FakeDiscord::start().await;
+    let mut ws = connect(&fake).await;
+    assert_eq!(next(&mut ws).await["op"], 10);
+    send(&mut ws, json!({"op": 2, "d": {"token": "nope", "intents": INTENTS, "properties": {}}}))
+        .await;
+    assert_eq!(close_code(&mut ws).await, 4004);
+}
+
+#[tokio::test]
+async fn close_with_sends_the_code() {
+    let fake = FakeDiscord::start().await;
+    let mut ws = connect(&fake).await;
+    identify(&mut ws).await;
+    fake.close_with(4014);
+    assert_eq!(close_code(&mut ws).await, 4014);
+    // The same over the control API.
+    let mut ws = connect(&fake).await;
+    identify(&mut ws).await;
+    reqwest::Client::new()
+        .post(format!("{}/_fake/close", fake.api_url()))
+        .json(&json!({"code": 4000}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(close_code(&mut ws).await, 4000);
+}
+
+#[tokio::test]
+async fn resume_replays_what_was_missed_then_resumed() {
+    let fake = FakeDiscord::start().await;
+    let mut ws = connect(&fake).await;
+    let ready = identify(&mut ws).await;
+    let session = ready["d"]["session_id"].as_str().unwrap().to_owned();
+    fake.inject_message(InboundMessage::dm(42, "seen"));
+    let seen = next(&mut ws).await;
+    assert_eq!(seen["d"]["content"], "seen");
+    // Dropped without a close frame, as a client does when it means to resume.
+    drop(ws);
+    fake.inject_message(InboundMessage::dm(42, "missed 1"));
+    fake.inject_message(InboundMessage::dm(42, "missed 2"));
+
+    let mut ws = connect(&fake).await;
+    assert_eq!(next(&mut ws).await["op"], 10);
+    let d = json!({"token": FakeDiscord::TOKEN, "session_id": session, "seq": seen["s"]});
+    send(&mut ws, json!({"op": 6, "d": d})).await;
+    assert_eq!(next(&mut ws).await["d"]["content"], "missed 1");
+    assert_eq!(next(&mut ws).await["d"]["content"], "missed 2");
+    assert_eq!(next(&mut ws).await["t"], "RESUMED");
+    // Live again.
+    fake.inject_message(InboundMessage::dm(42, "after"));
+    assert_eq!(next(&mut ws).await["d"]["content"], "after");
+
+    // An unknown session: INVALID_SESSION, not resumable.
+    let mut ws = connect(&fake).await;
+    assert_eq!(next(&mut ws).await["op"], 10);
+    send(
+        &mut ws,
+        json!({"op": 6, "d": {"token": FakeDiscord::TOKEN, "session_id": "nope", "seq": 1}}),
+    )
+    .await;
+    let invalid = next(&mut ws).await;
+    assert_eq!((invalid["op"].as_u64(), invalid["d"].as_bool()), (Some(9), Some(false)));
+}
+
+#[tokio::test]
+async fn the_bots_own_post_is_dispatched_to_the_gateway() {
+    let fake = FakeDiscord::start().await;
+    let mut ws = connect(&fake).await;
+    identify(&mut ws).await;
+    assert_eq!(post(&fake, 8, &bot_auth(), json!({"content": "mine"})).await.status(), 200);
+    let own = next(&mut ws).await;
+    assert_eq!(own["t"], "MESSAGE_CREATE");
+    assert_eq!(own["d"]["author"]["id"], FakeDiscord::BOT_ID.to_string());
+    assert_eq!(fake.wait_sent(1, WAIT).await.len(), 1);
+}
+
+#[tokio::test]
+async fn messages_injected_over_http_arrive() {
+    let fake = FakeDiscord::start().await;
+    let mut ws = connect(&fake).await;
+    identify(&mut ws).await;
+    let body = json!({"author_id": 5, "content": "hey", "channel_id": 9, "guild_id": 3, "mention_bot": true});
+    let answer: Value = reqwest::Client::new()
+        .post(format!("{}/_fake/messages", fake.api_url()))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let event = next(&mut ws).await;
+    assert_eq!(event["d"]["id"], answer["id"]);
+    assert_eq!(event["s"], answer["seq"]);
+    assert_eq!(event["d"]["channel_id"], "9");
+}
