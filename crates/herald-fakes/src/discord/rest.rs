@@ -81,7 +81,11 @@ async fn create_message(
     let body: Value = match serde_json::from_slice(&body) {
         Ok(Value::Object(map)) => Value::Object(map),
         _ => {
-            return error(StatusCode::BAD_REQUEST, 50109, "The request body contains invalid JSON.");
+            return error(
+                StatusCode::BAD_REQUEST,
+                50109,
+                "The request body contains invalid JSON.",
+            );
         }
     };
     let content = match body.get("content") {

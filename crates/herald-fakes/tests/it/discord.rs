@@ -326,3 +326,41 @@ async fn messages_injected_over_http_arrive() {
     assert_eq!(event["s"], answer["seq"]);
     assert_eq!(event["d"]["channel_id"], "9");
 }
+
+#[tokio::test]
+async fn the_binary_prints_its_urls_serves_and_stops_on_sigterm() {
+    use std::process::Stdio;
+    use tokio::io::{AsyncBufReadExt, BufReader};
+
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_herald-fake-discord"))
+        .args(["--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let rest_and_gateway = line.strip_prefix("fake discord listening on ").unwrap();
+    let (api_url, _) = rest_and_gateway.split_once(' ').unwrap();
+    assert!(api_url.starts_with("http://127.0.0.1:"), "{line}");
+    let me: Value = reqwest::Client::new()
+        .get(format!("{api_url}/api/v10/users/@me"))
+        .header("authorization", bot_auth())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(me["id"], FakeDiscord::BOT_ID.to_string());
+
+    let pid = child.id().unwrap().to_string();
+    assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let status =
+        tokio::time::timeout(Duration::from_secs(10), child.wait()).await.unwrap().unwrap();
+    assert!(status.success(), "{status}");
+}

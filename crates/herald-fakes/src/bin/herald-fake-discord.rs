@@ -1,0 +1,119 @@
+//! `herald-fake-discord`: the fake Discord of herald-fakes (REST v10 and the Gateway WebSocket)
+//! as a program, for trying herald offline. Point serenity's HTTP proxy at the URL it prints, use
+//! its token, and talk to the bot over `/_fake/*` with curl.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+use herald_fakes::FakeDiscord;
+
+const USAGE: &str = "usage: herald-fake-discord [--listen ADDR]   (default 127.0.0.1:8082; port 0 picks one)
+
+Serves Discord's REST v10 under /api/v10 (gateway, gateway/bot, users/@me, POST channels/{id}/messages)
+and the Gateway WebSocket at / for the token fake-discord-token.herald.test (the bot is
+herald_test_bot, id 100000000000000001), and
+  POST /_fake/messages  {\"author_id\":1,\"content\":\"hi\"}   (optional: channel_id, guild_id,
+                        mention_bot, author_is_bot) -> {\"id\":\"...\",\"seq\":N}
+  GET  /_fake/sent[?channel_id=N], /_fake/identifies
+  POST /_fake/close     {\"code\":4014}   (closes every gateway connection with that code)
+until SIGINT or SIGTERM.";
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let addr = match parse_args(std::env::args().skip(1)) {
+        Ok(Some(addr)) => addr,
+        Ok(None) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(message) => {
+            eprintln!("herald-fake-discord: {message}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let fake = match FakeDiscord::start_on(addr).await {
+        Ok(fake) => fake,
+        Err(err) => {
+            eprintln!(
+                "herald-fake-discord: could not listen on {addr}: {err}; choose another --listen"
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut stdout = std::io::stdout().lock();
+    if writeln!(
+        stdout,
+        "fake discord listening on {} (gateway {})",
+        fake.api_url(),
+        fake.gateway_url()
+    )
+    .and_then(|()| stdout.flush())
+    .is_err()
+    {
+        // Whoever started us is gone: nobody can use the URL.
+        return ExitCode::FAILURE;
+    }
+    drop(stdout);
+    stopped().await;
+    fake.shutdown().await;
+    ExitCode::SUCCESS
+}
+
+/// The address to listen on, or `None` when help was asked for.
+fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Option<SocketAddr>, String> {
+    let mut listen = "127.0.0.1:8082".to_owned();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "-h" | "--help" => return Ok(None),
+            "--listen" => {
+                listen = args.next().ok_or("--listen needs an address, like 127.0.0.1:8082")?
+            }
+            other => match other.strip_prefix("--listen=") {
+                Some(value) => listen = value.to_owned(),
+                None => return Err(format!("unexpected argument {other:?}")),
+            },
+        }
+    }
+    listen
+        .parse()
+        .map(Some)
+        .map_err(|_| format!("--listen wants IP:PORT, like 127.0.0.1:8082, not {listen:?}"))
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn stopped() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut terminate) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = terminate.recv() => {}
+            }
+            return;
+        }
+    }
+    // Without a SIGTERM handler, SIGINT alone; if even that fails, stop rather than hang.
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Option<SocketAddr>, String> {
+        parse_args(args.iter().map(|a| (*a).to_owned()))
+    }
+
+    #[test]
+    fn arguments() {
+        assert_eq!(parse(&[]), Ok(Some("127.0.0.1:8082".parse().unwrap())));
+        assert_eq!(parse(&["--listen", "127.0.0.1:0"]), Ok(Some("127.0.0.1:0".parse().unwrap())));
+        assert_eq!(parse(&["--listen=[::1]:9000"]), Ok(Some("[::1]:9000".parse().unwrap())));
+        assert_eq!(parse(&["--help"]), Ok(None));
+        assert!(parse(&["--listen"]).unwrap_err().contains("needs an address"));
+        assert!(parse(&["--listen", "localhost"]).unwrap_err().contains("IP:PORT"));
+        assert!(parse(&["--port", "1"]).unwrap_err().contains("unexpected argument"));
+    }
+}
