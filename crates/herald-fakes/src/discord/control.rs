@@ -3,6 +3,10 @@
 //!   DM; add `channel_id`, `guild_id`, `mention_bot`, `author_is_bot`) → `{"id": "…", "seq": N}`
 //! - `GET /_fake/sent` (`?channel_id=N` for one channel), `GET /_fake/identifies`
 //! - `POST /_fake/close {"code": 4014}`: closes every gateway connection with that code
+//! - `POST /_fake/reconnect` (op 7), `POST /_fake/invalid_session {"resumable": false}` (op 9)
+//! - `POST /_fake/send_fault {"kind": "too_many_requests", "retry_after": 1.5, "global": false}`
+//!   or `{"kind": "status", "status": 502}`: the next post gets it
+//! - `POST /_fake/message_content {"denied": true}`: IDENTIFY with that intent closes 4014
 
 use axum::Json;
 use axum::Router;
@@ -12,7 +16,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::server::Ctx;
-use super::state::{Event, Identify, InboundMessage, SentMessage};
+use super::state::{Event, Identify, InboundMessage, SendFault, SentMessage};
 
 pub(crate) fn routes() -> Router<Ctx> {
     Router::new()
@@ -20,6 +24,10 @@ pub(crate) fn routes() -> Router<Ctx> {
         .route("/_fake/sent", get(sent))
         .route("/_fake/identifies", get(identifies))
         .route("/_fake/close", post(close))
+        .route("/_fake/reconnect", post(reconnect))
+        .route("/_fake/invalid_session", post(invalid_session))
+        .route("/_fake/send_fault", post(send_fault))
+        .route("/_fake/message_content", post(message_content))
 }
 
 async fn inject(State(ctx): State<Ctx>, Json(msg): Json<InboundMessage>) -> Json<Value> {
@@ -55,5 +63,38 @@ struct Close {
 
 async fn close(State(ctx): State<Ctx>, Json(close): Json<Close>) -> Json<Value> {
     let _ = ctx.shared.events.send(Event::Close(close.code));
+    Json(json!({"ok": true}))
+}
+
+async fn reconnect(State(ctx): State<Ctx>) -> Json<Value> {
+    let _ = ctx.shared.events.send(Event::Reconnect);
+    Json(json!({"ok": true}))
+}
+
+#[derive(Deserialize)]
+struct InvalidSession {
+    resumable: bool,
+}
+
+async fn invalid_session(State(ctx): State<Ctx>, Json(body): Json<InvalidSession>) -> Json<Value> {
+    if !body.resumable {
+        ctx.shared.lock().sessions.clear();
+    }
+    let _ = ctx.shared.events.send(Event::InvalidSession(body.resumable));
+    Json(json!({"ok": true}))
+}
+
+async fn send_fault(State(ctx): State<Ctx>, Json(fault): Json<SendFault>) -> Json<Value> {
+    ctx.shared.lock().send_faults.push_back(fault);
+    Json(json!({"ok": true}))
+}
+
+#[derive(Deserialize)]
+struct MessageContent {
+    denied: bool,
+}
+
+async fn message_content(State(ctx): State<Ctx>, Json(body): Json<MessageContent>) -> Json<Value> {
+    ctx.shared.lock().message_content_denied = body.denied;
     Json(json!({"ok": true}))
 }

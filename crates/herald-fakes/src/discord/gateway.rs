@@ -18,6 +18,9 @@ use super::state::{Event, Identify, bot_user};
 /// Discord's heartbeat interval, in milliseconds.
 pub const HEARTBEAT_INTERVAL_MS: u64 = 41_250;
 
+/// The privileged Message Content intent.
+const MESSAGE_CONTENT: u64 = 1 << 15;
+
 pub(crate) async fn upgrade(State(ctx): State<Ctx>, ws: WebSocketUpgrade) -> Response {
     ws.on_upgrade(move |socket| connection(ctx, socket))
 }
@@ -49,6 +52,18 @@ async fn connection(ctx: Ctx, mut socket: WebSocket) {
                 Ok(Event::Close(code)) => {
                     close(&mut socket, code, "closed by the fake").await;
                     return;
+                }
+                Ok(Event::Reconnect) => {
+                    if !send(&mut socket, &json!({"op": 7, "s": null, "t": null, "d": null})).await {
+                        return;
+                    }
+                }
+                Ok(Event::InvalidSession(resumable)) => {
+                    if !send(&mut socket, &json!({"op": 9, "s": null, "t": null, "d": resumable})).await {
+                        return;
+                    }
+                    // Nothing more until the client identifies or resumes again.
+                    sent_up_to = None;
                 }
                 Ok(Event::Dispatch(seq)) => {
                     // Sent from the log, so a lagged receiver or a replay never skips or repeats one.
@@ -85,15 +100,19 @@ async fn connection(ctx: Ctx, mut socket: WebSocket) {
                         let token = payload["d"]["token"].as_str().unwrap_or_default().to_owned();
                         let intents = payload["d"]["intents"].as_u64().unwrap_or(0);
                         let good = token.strip_prefix("Bot ").unwrap_or(&token) == FakeDiscord::TOKEN;
-                        let (session, seq) = {
+                        let (session, seq, denied_content) = {
                             let mut state = ctx.shared.lock();
                             state.identifies.push(Identify { token, intents });
                             // READY takes a sequence number of its own but is never replayed.
                             state.seq += 1;
-                            (state.new_session(), state.seq)
+                            (state.new_session(), state.seq, state.message_content_denied)
                         };
                         if !good {
                             close(&mut socket, 4004, "Authentication failed.").await;
+                            return;
+                        }
+                        if denied_content && intents & MESSAGE_CONTENT != 0 {
+                            close(&mut socket, 4014, "Disallowed intent(s).").await;
                             return;
                         }
                         let ready = json!({"op": 0, "t": "READY", "s": seq, "d": {

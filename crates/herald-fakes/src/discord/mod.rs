@@ -5,14 +5,17 @@
 //!   /api/v10/gateway/bot`, `GET /api/v10/users/@me`, `POST /api/v10/channels/{id}/messages`
 //!   (`content` ≤ 2000 characters, else 400 code 50035; `allowed_mentions`,
 //!   `message_reference`, `nonce` + `enforce_nonce` recorded, and a repeated enforced nonce gets
-//!   the first message back). Anything but `/gateway` wants `Authorization: Bot TOKEN`, else 401.
+//!   the first message back; faults: 429 with `retry_after`, any 5xx), `GET
+//!   /api/v10/channels/{id}/messages` (`before`, `after`, `limit`; newest first). Anything but `/gateway` wants `Authorization: Bot TOKEN`, else 401.
 //! - Gateway ([`gateway`]) at `/`: HELLO, IDENTIFY → READY (the intents recorded), heartbeats
 //!   ACKed, MESSAGE_CREATE dispatches with increasing `s`, RESUME → replay then RESUMED, close
-//!   4004 for a bad token, any close code on [`FakeDiscord::close_with`].
+//!   4004 for a bad token, 4014 for the Message Content intent while
+//!   [`FakeDiscord::deny_message_content`], any close code on [`FakeDiscord::close_with`], op 7
+//!   on [`FakeDiscord::reconnect`], op 9 on [`FakeDiscord::invalid_session`].
 //! - Control over HTTP under `/_fake/` ([`control`]).
 //!
-//! Not yet: threads, interactions and application commands, op 7 and INVALID_SESSION faults,
-//! 429 and 5xx on send, `GET /channels/{id}/messages`, typing, the binary.
+//! Not yet: threads and forum posts, replies to the bot, interactions and application commands,
+//! typing, a down-for-a-while fault.
 
 mod control;
 mod gateway;
@@ -33,7 +36,7 @@ pub use gateway::HEARTBEAT_INTERVAL_MS;
 pub use rest::MAX_CONTENT;
 use server::Ctx;
 use state::{Event, Shared};
-pub use state::{Identify, InboundMessage, SentMessage};
+pub use state::{Identify, InboundMessage, SendFault, SentMessage};
 
 /// A running fake Discord; clones share it, and it stops when the last is dropped.
 #[derive(Clone, Debug)]
@@ -150,6 +153,31 @@ impl FakeDiscord {
     pub fn close_with(&self, code: u16) {
         // No connection open: nothing to close.
         let _ = self.inner.shared.events.send(Event::Close(code));
+    }
+
+    /// Sends op 7 RECONNECT on every open gateway connection (the client should resume).
+    pub fn reconnect(&self) {
+        let _ = self.inner.shared.events.send(Event::Reconnect);
+    }
+
+    /// Sends op 9 INVALID_SESSION with `d: resumable` on every open gateway connection; when
+    /// not resumable, every session given so far is forgotten (a RESUME gets op 9 `false`).
+    pub fn invalid_session(&self, resumable: bool) {
+        if !resumable {
+            self.inner.shared.lock().sessions.clear();
+        }
+        let _ = self.inner.shared.events.send(Event::InvalidSession(resumable));
+    }
+
+    /// Answers the next `POST /channels/{id}/messages` with `fault`, after those already queued.
+    pub fn push_send_fault(&self, fault: SendFault) {
+        self.inner.shared.lock().send_faults.push_back(fault);
+    }
+
+    /// While denied, an IDENTIFY asking for the Message Content intent is closed with 4014, as
+    /// Discord does when the intent is not enabled in the developer portal.
+    pub fn deny_message_content(&self, denied: bool) {
+        self.inner.shared.lock().message_content_denied = denied;
     }
 
     /// Stops the server (for every clone) and waits until it no longer accepts connections.

@@ -6,7 +6,7 @@
 use axum::Json;
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use super::FakeDiscord;
 use super::server::Ctx;
-use super::state::{self, SentMessage};
+use super::state::{self, SendFault, SentMessage};
 
 /// The longest `content` Discord accepts, in characters.
 pub const MAX_CONTENT: usize = 2000;
@@ -24,7 +24,7 @@ pub(crate) fn routes() -> Router<Ctx> {
         .route("/api/v10/gateway", get(gateway))
         .route("/api/v10/gateway/bot", get(gateway_bot))
         .route("/api/v10/users/@me", get(me))
-        .route("/api/v10/channels/{channel_id}/messages", post(create_message))
+        .route("/api/v10/channels/{channel_id}/messages", post(create_message).get(list_messages))
 }
 
 fn error(status: StatusCode, code: u32, message: &str) -> Response {
@@ -74,6 +74,10 @@ async fn create_message(
 ) -> Response {
     if !authorized(&headers) {
         return unauthorized();
+    }
+    let fault = ctx.shared.lock().send_faults.pop_front();
+    if let Some(fault) = fault {
+        return fault_response(&fault);
     }
     let Ok(channel_id) = channel_id.parse::<u64>() else {
         return invalid_form("channel_id", "NUMBER_TYPE_COERCE", "Value is not snowflake.");
@@ -156,6 +160,77 @@ async fn create_message(
         message["message_reference"] = reference;
     }
     // Discord tells the gateway of the bot's own messages too.
+    ctx.shared.lock().messages.push(message.clone());
     ctx.shared.dispatch("MESSAGE_CREATE", message.clone());
     Json(message).into_response()
+}
+
+fn fault_response(fault: &SendFault) -> Response {
+    match *fault {
+        SendFault::TooManyRequests { retry_after, global } => {
+            let body = json!({"message": "You are being rate limited.", "retry_after": retry_after, "global": global, "code": 0});
+            let mut response = (StatusCode::TOO_MANY_REQUESTS, Json(body)).into_response();
+            let headers = response.headers_mut();
+            let seconds = retry_after.ceil().max(0.0) as u64;
+            headers.insert("retry-after", seconds.into());
+            if let Ok(value) = format!("{retry_after:.3}").parse() {
+                headers.insert("x-ratelimit-reset-after", value);
+            }
+            headers.insert("x-ratelimit-limit", 5u64.into());
+            headers.insert("x-ratelimit-remaining", 0u64.into());
+            if global {
+                headers.insert("x-ratelimit-global", axum::http::HeaderValue::from_static("true"));
+                headers.insert("x-ratelimit-scope", axum::http::HeaderValue::from_static("global"));
+            } else {
+                headers.insert("x-ratelimit-scope", axum::http::HeaderValue::from_static("user"));
+            }
+            response
+        }
+        SendFault::Status { status } => {
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            error(
+                status,
+                0,
+                &format!("{}: {}", status.as_u16(), status.canonical_reason().unwrap_or("Error")),
+            )
+        }
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct ListQuery {
+    before: Option<u64>,
+    after: Option<u64>,
+    limit: Option<u64>,
+}
+
+/// `GET /channels/{id}/messages`: at most `limit` (1 to 100, default 50) messages, newest
+/// first; with `after`, the oldest ones after that id; with `before`, the newest before it.
+async fn list_messages(
+    State(ctx): State<Ctx>,
+    Path(channel_id): Path<String>,
+    Query(query): Query<ListQuery>,
+    headers: HeaderMap,
+) -> Response {
+    if !authorized(&headers) {
+        return unauthorized();
+    }
+    let limit = query.limit.unwrap_or(50);
+    if !(1..=100).contains(&limit) {
+        return invalid_form("limit", "NUMBER_TYPE_MAX", "int value should be between 1 and 100.");
+    }
+    let limit = limit as usize;
+    let id_of = |m: &Value| m["id"].as_str().and_then(|id| id.parse::<u64>().ok()).unwrap_or(0);
+    let state = ctx.shared.lock();
+    let in_channel: Vec<&Value> =
+        state.messages.iter().filter(|m| m["channel_id"] == channel_id).collect();
+    let mut chosen: Vec<Value> = if let Some(after) = query.after {
+        in_channel.into_iter().filter(|m| id_of(m) > after).take(limit).cloned().collect()
+    } else {
+        let before = query.before.unwrap_or(u64::MAX);
+        let older: Vec<&Value> = in_channel.into_iter().filter(|m| id_of(m) < before).collect();
+        older[older.len().saturating_sub(limit)..].iter().map(|m| (*m).clone()).collect()
+    };
+    chosen.reverse();
+    Json(chosen).into_response()
 }

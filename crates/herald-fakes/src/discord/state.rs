@@ -2,6 +2,7 @@
 //! the bot posted and what it identified with. One `std::sync::Mutex`, never held across an
 //! `.await`; gateway connections learn of new dispatches and faults through a broadcast channel.
 
+use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -99,6 +100,10 @@ pub(crate) enum Event {
     Dispatch(u64),
     /// Close every gateway connection with this code.
     Close(u16),
+    /// Send op 7 RECONNECT.
+    Reconnect,
+    /// Send op 9 INVALID_SESSION with this `d`.
+    InvalidSession(bool),
 }
 
 /// One `IDENTIFY` the fake accepted or refused.
@@ -120,6 +125,33 @@ pub(crate) struct State {
     pub sessions: Vec<String>,
     pub identifies: Vec<Identify>,
     pub sent: Vec<SentMessage>,
+    /// Every message in every channel, injected or posted, oldest first.
+    pub messages: Vec<Value>,
+    /// Faults for the next posts, first first.
+    pub send_faults: VecDeque<SendFault>,
+    /// Whether the application may ask for the Message Content intent (else IDENTIFY with it
+    /// closes 4014).
+    pub message_content_denied: bool,
+}
+
+/// A fault for the next `POST /channels/{id}/messages`, checked after the token.
+#[derive(Clone, Debug, Deserialize, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum SendFault {
+    /// 429 with `retry_after` (seconds) in the body and the `Retry-After` and
+    /// `X-RateLimit-Reset-After` headers; `global` marks the global limit.
+    TooManyRequests {
+        /// Seconds to wait.
+        retry_after: f64,
+        /// Whether it is the global limit.
+        #[serde(default)]
+        global: bool,
+    },
+    /// This HTTP status (500, 502, 503, ...) with Discord's error body.
+    Status {
+        /// The status code.
+        status: u16,
+    },
 }
 
 /// The state shared by handlers and handles.
@@ -182,6 +214,7 @@ impl Shared {
             d["guild_id"] = json!(guild.to_string());
             d["member"] = json!({"roles": [], "joined_at": timestamp(), "deaf": false, "mute": false, "flags": 0});
         }
+        self.lock().messages.push(d.clone());
         (id, self.dispatch("MESSAGE_CREATE", d))
     }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
 use herald_fakes::FakeDiscord;
-use herald_fakes::discord::InboundMessage;
+use herald_fakes::discord::{InboundMessage, SendFault};
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
@@ -363,4 +363,109 @@ async fn the_binary_prints_its_urls_serves_and_stops_on_sigterm() {
     let status =
         tokio::time::timeout(Duration::from_secs(10), child.wait()).await.unwrap().unwrap();
     assert!(status.success(), "{status}");
+}
+
+#[tokio::test]
+async fn channel_history_after_an_id_brings_back_the_gap() {
+    let fake = FakeDiscord::start().await;
+    let (first, _) = fake.inject_message(InboundMessage::channel(7, 8, 43, "one"));
+    fake.inject_message(InboundMessage::channel(7, 9, 43, "elsewhere"));
+    fake.inject_message(InboundMessage::channel(7, 8, 43, "two"));
+    assert_eq!(post(&fake, 8, &bot_auth(), json!({"content": "three"})).await.status(), 200);
+    fake.inject_message(InboundMessage::channel(7, 8, 43, "four"));
+
+    let get = |query: String| {
+        let url = rest(&fake, &format!("/channels/8/messages{query}"));
+        async move {
+            reqwest::Client::new()
+                .get(url)
+                .header("authorization", bot_auth())
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let contents = |messages: Value| -> Vec<String> {
+        messages
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["content"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    // Newest first, only this channel, the bot's own post included.
+    let after: Value = get(format!("?after={first}")).await.json().await.unwrap();
+    assert_eq!(contents(after), ["four", "three", "two"]);
+    let oldest_two: Value = get(format!("?after={first}&limit=2")).await.json().await.unwrap();
+    assert_eq!(contents(oldest_two), ["three", "two"]);
+    let newest: Value = get("?limit=1".to_owned()).await.json().await.unwrap();
+    assert_eq!(contents(newest), ["four"]);
+    assert_eq!(get("?limit=101".to_owned()).await.status(), 400);
+    let anonymous = reqwest::get(rest(&fake, "/channels/8/messages")).await.unwrap();
+    assert_eq!(anonymous.status(), 401);
+}
+
+#[tokio::test]
+async fn send_faults_answer_the_next_posts_in_order() {
+    let fake = FakeDiscord::start().await;
+    fake.push_send_fault(SendFault::TooManyRequests { retry_after: 1.5, global: false });
+    fake.push_send_fault(SendFault::Status { status: 502 });
+    let limited = post(&fake, 8, &bot_auth(), json!({"content": "a"})).await;
+    assert_eq!(limited.status(), 429);
+    assert_eq!(limited.headers()["retry-after"], "2");
+    assert_eq!(limited.headers()["x-ratelimit-reset-after"], "1.500");
+    let body: Value = limited.json().await.unwrap();
+    assert_eq!((body["retry_after"].as_f64(), body["global"].as_bool()), (Some(1.5), Some(false)));
+    assert_eq!(post(&fake, 8, &bot_auth(), json!({"content": "a"})).await.status(), 502);
+    assert_eq!(post(&fake, 8, &bot_auth(), json!({"content": "a"})).await.status(), 200);
+    assert_eq!(fake.sent().len(), 1);
+
+    // Over HTTP too.
+    let fault = json!({"kind": "too_many_requests", "retry_after": 0.2, "global": true});
+    reqwest::Client::new()
+        .post(format!("{}/_fake/send_fault", fake.api_url()))
+        .json(&fault)
+        .send()
+        .await
+        .unwrap();
+    let limited = post(&fake, 8, &bot_auth(), json!({"content": "a"})).await;
+    assert_eq!(limited.status(), 429);
+    assert_eq!(limited.headers()["x-ratelimit-global"], "true");
+}
+
+#[tokio::test]
+async fn reconnect_and_invalid_session_are_sent() {
+    let fake = FakeDiscord::start().await;
+    let mut ws = connect(&fake).await;
+    let ready = identify(&mut ws).await;
+    fake.reconnect();
+    assert_eq!(next(&mut ws).await["op"], 7);
+    fake.invalid_session(false);
+    let invalid = next(&mut ws).await;
+    assert_eq!((invalid["op"].as_u64(), invalid["d"].as_bool()), (Some(9), Some(false)));
+    // The session is gone: resuming it is refused.
+    let mut ws = connect(&fake).await;
+    assert_eq!(next(&mut ws).await["op"], 10);
+    let d = json!({"token": FakeDiscord::TOKEN, "session_id": ready["d"]["session_id"], "seq": 1});
+    send(&mut ws, json!({"op": 6, "d": d})).await;
+    assert_eq!(next(&mut ws).await["op"], 9);
+}
+
+#[tokio::test]
+async fn the_message_content_intent_denied_closes_with_4014() {
+    let fake = FakeDiscord::start().await;
+    fake.deny_message_content(true);
+    let mut ws = connect(&fake).await;
+    assert_eq!(next(&mut ws).await["op"], 10);
+    send(
+        &mut ws,
+        json!({"op": 2, "d": {"token": FakeDiscord::TOKEN, "intents": INTENTS, "properties": {}}}),
+    )
+    .await;
+    assert_eq!(close_code(&mut ws).await, 4014);
+    // Without that intent it identifies.
+    let mut ws = connect(&fake).await;
+    assert_eq!(next(&mut ws).await["op"], 10);
+    send(&mut ws, json!({"op": 2, "d": {"token": FakeDiscord::TOKEN, "intents": INTENTS & !(1 << 15), "properties": {}}})).await;
+    assert_eq!(next(&mut ws).await["t"], "READY");
 }
