@@ -8,14 +8,17 @@ use std::process::ExitCode;
 
 use herald_fakes::FakeDiscord;
 
-const USAGE: &str = "usage: herald-fake-discord [--listen ADDR]   (default 127.0.0.1:8082; port 0 picks one)
+const USAGE: &str =
+    "usage: herald-fake-discord [--listen ADDR]   (default 127.0.0.1:8082; port 0 picks one)
 
-Serves Discord's REST v10 under /api/v10 (gateway, gateway/bot, users/@me, GET and POST channels/{id}/messages)
+Serves Discord's REST v10 under /api/v10 (gateway, gateway/bot, users/@me, channels/{id},
+GET and POST channels/{id}/messages, POST channels/{id}/typing and .../messages/{id}/threads)
 and the Gateway WebSocket at / for the token fake-discord-token.herald.test (the bot is
 herald_test_bot, id 100000000000000001), and
   POST /_fake/messages  {\"author_id\":1,\"content\":\"hi\"}   (optional: channel_id, guild_id,
-                        mention_bot, author_is_bot) -> {\"id\":\"...\",\"seq\":N}
-  GET  /_fake/sent[?channel_id=N], /_fake/identifies
+                        mention_bot, author_is_bot, reply_to) -> {\"id\":\"...\",\"seq\":N}
+  POST /_fake/threads   {\"guild_id\":7,\"parent_id\":8,\"name\":\"t\"} -> {\"id\":\"...\"}
+  GET  /_fake/sent[?channel_id=N], /_fake/identifies, /_fake/typing
   POST /_fake/close     {\"code\":4014}   (closes every gateway connection with that code)
   POST /_fake/reconnect (op 7), /_fake/invalid_session {\"resumable\":false} (op 9)
   POST /_fake/send_fault {\"kind\":\"too_many_requests\",\"retry_after\":1.5,\"global\":false}

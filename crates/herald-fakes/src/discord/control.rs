@@ -1,7 +1,10 @@
 //! The control API under `/_fake/`, for the binary and for tests over HTTP:
 //! - `POST /_fake/messages` with an [`InboundMessage`] (`{"author_id": 1, "content": "hi"}` is a
 //!   DM; add `channel_id`, `guild_id`, `mention_bot`, `author_is_bot`) → `{"id": "…", "seq": N}`
-//! - `GET /_fake/sent` (`?channel_id=N` for one channel), `GET /_fake/identifies`
+//!   (and `reply_to`, a message id)
+//! - `GET /_fake/sent` (`?channel_id=N` for one channel), `GET /_fake/identifies`,
+//!   `GET /_fake/typing`
+//! - `POST /_fake/threads {"guild_id": 7, "parent_id": 8, "name": "t"}` → `{"id": "…"}`
 //! - `POST /_fake/close {"code": 4014}`: closes every gateway connection with that code
 //! - `POST /_fake/reconnect` (op 7), `POST /_fake/invalid_session {"resumable": false}` (op 9)
 //! - `POST /_fake/send_fault {"kind": "too_many_requests", "retry_after": 1.5, "global": false}`
@@ -24,6 +27,8 @@ pub(crate) fn routes() -> Router<Ctx> {
         .route("/_fake/sent", get(sent))
         .route("/_fake/identifies", get(identifies))
         .route("/_fake/close", post(close))
+        .route("/_fake/typing", get(typing))
+        .route("/_fake/threads", post(thread))
         .route("/_fake/reconnect", post(reconnect))
         .route("/_fake/invalid_session", post(invalid_session))
         .route("/_fake/send_fault", post(send_fault))
@@ -97,4 +102,20 @@ struct MessageContent {
 async fn message_content(State(ctx): State<Ctx>, Json(body): Json<MessageContent>) -> Json<Value> {
     ctx.shared.lock().message_content_denied = body.denied;
     Json(json!({"ok": true}))
+}
+
+async fn typing(State(ctx): State<Ctx>) -> Json<Vec<u64>> {
+    Json(ctx.shared.lock().typing.clone())
+}
+
+#[derive(Deserialize)]
+struct NewThread {
+    guild_id: u64,
+    parent_id: u64,
+    name: String,
+}
+
+async fn thread(State(ctx): State<Ctx>, Json(body): Json<NewThread>) -> Json<Value> {
+    let thread = ctx.shared.create_thread(body.guild_id, body.parent_id, &body.name, None);
+    Json(json!({"id": thread.map(|t| t["id"].clone())}))
 }

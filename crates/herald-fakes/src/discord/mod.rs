@@ -6,7 +6,9 @@
 //!   (`content` ≤ 2000 characters, else 400 code 50035; `allowed_mentions`,
 //!   `message_reference`, `nonce` + `enforce_nonce` recorded, and a repeated enforced nonce gets
 //!   the first message back; faults: 429 with `retry_after`, any 5xx), `GET
-//!   /api/v10/channels/{id}/messages` (`before`, `after`, `limit`; newest first). Anything but `/gateway` wants `Authorization: Bot TOKEN`, else 401.
+//!   /api/v10/channels/{id}/messages` (`before`, `after`, `limit`; newest first), `GET
+//!   /channels/{id}`, `POST /channels/{id}/typing`, `POST /channels/{id}/messages/{id}/threads`
+//!   (the thread takes the message's id; a second one is 400 code 160004). Anything but `/gateway` wants `Authorization: Bot TOKEN`, else 401.
 //! - Gateway ([`gateway`]) at `/`: HELLO, IDENTIFY → READY (the intents recorded), heartbeats
 //!   ACKed, MESSAGE_CREATE dispatches with increasing `s`, RESUME → replay then RESUMED, close
 //!   4004 for a bad token, 4014 for the Message Content intent while
@@ -14,7 +16,10 @@
 //!   on [`FakeDiscord::reconnect`], op 9 on [`FakeDiscord::invalid_session`].
 //! - Control over HTTP under `/_fake/` ([`control`]).
 //!
-//! Not yet: threads and forum posts, replies to the bot, interactions and application commands,
+//! Messages can be injected in DMs, server channels and threads ([`FakeDiscord::create_thread`]),
+//! mentioning the bot, replying to a message, or from a bot.
+//!
+//! Not yet: forum posts, interactions and application commands,
 //! typing, a down-for-a-while fault.
 
 mod control;
@@ -153,6 +158,24 @@ impl FakeDiscord {
     pub fn close_with(&self, code: u16) {
         // No connection open: nothing to close.
         let _ = self.inner.shared.events.send(Event::Close(code));
+    }
+
+    /// Opens a public thread in channel `parent_id` of server `guild_id` and dispatches
+    /// THREAD_CREATE; the thread's id, to inject messages into (as their `channel_id`).
+    pub fn create_thread(&self, guild_id: u64, parent_id: u64, name: &str) -> u64 {
+        let thread = self.inner.shared.create_thread(guild_id, parent_id, name, None);
+        thread.and_then(|t| t["id"].as_str().and_then(|id| id.parse().ok())).unwrap_or_default()
+    }
+
+    /// The channel object of `channel_id` (a channel a message was injected in, or a thread), as `GET
+    /// /channels/{id}` answers.
+    pub fn channel(&self, channel_id: u64) -> Option<serde_json::Value> {
+        self.inner.shared.lock().channels.get(&channel_id).cloned()
+    }
+
+    /// Every `POST /channels/{id}/typing`, as channel ids in order.
+    pub fn typing(&self) -> Vec<u64> {
+        self.inner.shared.lock().typing.clone()
     }
 
     /// Sends op 7 RECONNECT on every open gateway connection (the client should resume).

@@ -25,6 +25,12 @@ pub(crate) fn routes() -> Router<Ctx> {
         .route("/api/v10/gateway/bot", get(gateway_bot))
         .route("/api/v10/users/@me", get(me))
         .route("/api/v10/channels/{channel_id}/messages", post(create_message).get(list_messages))
+        .route("/api/v10/channels/{channel_id}", get(get_channel))
+        .route("/api/v10/channels/{channel_id}/typing", post(typing))
+        .route(
+            "/api/v10/channels/{channel_id}/messages/{message_id}/threads",
+            post(thread_from_message),
+        )
 }
 
 fn error(status: StatusCode, code: u32, message: &str) -> Response {
@@ -233,4 +239,90 @@ async fn list_messages(
     };
     chosen.reverse();
     Json(chosen).into_response()
+}
+
+fn unknown_channel() -> Response {
+    error(StatusCode::NOT_FOUND, 10003, "Unknown Channel")
+}
+
+/// `GET /channels/{id}`: a channel a message was injected in, or a thread; else 404 10003.
+async fn get_channel(
+    State(ctx): State<Ctx>,
+    Path(channel_id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if !authorized(&headers) {
+        return unauthorized();
+    }
+    let channel =
+        channel_id.parse::<u64>().ok().and_then(|id| ctx.shared.lock().channels.get(&id).cloned());
+    match channel {
+        Some(channel) => Json(channel).into_response(),
+        None => unknown_channel(),
+    }
+}
+
+/// `POST /channels/{id}/typing`: recorded, 204.
+async fn typing(
+    State(ctx): State<Ctx>,
+    Path(channel_id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    if !authorized(&headers) {
+        return unauthorized();
+    }
+    let Ok(channel_id) = channel_id.parse::<u64>() else {
+        return unknown_channel();
+    };
+    ctx.shared.lock().typing.push(channel_id);
+    StatusCode::NO_CONTENT.into_response()
+}
+
+/// `POST /channels/{cid}/messages/{mid}/threads {"name": ...}`: a public thread whose id is the
+/// message's; a second one for the same message gets 400 code 160004, as on Discord.
+async fn thread_from_message(
+    State(ctx): State<Ctx>,
+    Path((channel_id, message_id)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    if !authorized(&headers) {
+        return unauthorized();
+    }
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let Some(name) = body
+        .get("name")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty() && n.chars().count() <= 100)
+    else {
+        return invalid_form("name", "BASE_TYPE_REQUIRED", "This field is required");
+    };
+    let parent = {
+        let state = ctx.shared.lock();
+        let parent = channel_id.parse::<u64>().ok().and_then(|id| state.channels.get(&id).cloned());
+        let found = state
+            .messages
+            .iter()
+            .any(|m| m["id"] == message_id.as_str() && m["channel_id"] == channel_id.as_str());
+        match (parent, found) {
+            (Some(parent), true) => parent,
+            (None, _) => return unknown_channel(),
+            (Some(_), false) => return error(StatusCode::NOT_FOUND, 10008, "Unknown Message"),
+        }
+    };
+    let Some(guild_id) = parent["guild_id"].as_str().and_then(|g| g.parse::<u64>().ok()) else {
+        return error(StatusCode::BAD_REQUEST, 50024, "Cannot execute action on this channel type");
+    };
+    let (Ok(parent_id), Ok(message_id)) = (channel_id.parse::<u64>(), message_id.parse::<u64>())
+    else {
+        return unknown_channel();
+    };
+    match ctx.shared.create_thread(guild_id, parent_id, name, Some(message_id)) {
+        Some(thread) => (StatusCode::CREATED, Json(thread)).into_response(),
+        None => error(
+            StatusCode::BAD_REQUEST,
+            160004,
+            "A thread has already been created for this message",
+        ),
+    }
 }

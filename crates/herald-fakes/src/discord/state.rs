@@ -2,7 +2,7 @@
 //! the bot posted and what it identified with. One `std::sync::Mutex`, never held across an
 //! `.await`; gateway connections learn of new dispatches and faults through a broadcast channel.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -34,6 +34,10 @@ pub struct InboundMessage {
     /// Whether the author is a bot.
     #[serde(default)]
     pub author_is_bot: bool,
+    /// The id of a message this one replies to (a reply to the bot's answer, say): sent as
+    /// `message_reference` and `referenced_message`, with message type 19.
+    #[serde(default)]
+    pub reply_to: Option<u64>,
 }
 
 impl InboundMessage {
@@ -46,6 +50,7 @@ impl InboundMessage {
             guild_id: None,
             mention_bot: false,
             author_is_bot: false,
+            reply_to: None,
         }
     }
 
@@ -66,6 +71,11 @@ impl InboundMessage {
     /// The same message, mentioning the bot.
     pub fn mentioning_bot(self) -> InboundMessage {
         InboundMessage { mention_bot: true, ..self }
+    }
+
+    /// The same message, as a reply to message `message_id`.
+    pub fn replying_to(self, message_id: u64) -> InboundMessage {
+        InboundMessage { reply_to: Some(message_id), ..self }
     }
 
     /// The same message, written by a bot.
@@ -132,6 +142,10 @@ pub(crate) struct State {
     /// Whether the application may ask for the Message Content intent (else IDENTIFY with it
     /// closes 4014).
     pub message_content_denied: bool,
+    /// Channels by id: those messages were injected in (text or DM) and threads.
+    pub channels: HashMap<u64, Value>,
+    /// Every `POST /channels/{id}/typing`, by channel id.
+    pub typing: Vec<u64>,
 }
 
 /// A fault for the next `POST /channels/{id}/messages`, checked after the token.
@@ -209,13 +223,79 @@ impl Shared {
         } else {
             (msg.content.clone(), vec![])
         };
-        let mut d = message(id, channel_id, author, &content, mentions);
+        let mut d = message(id, channel_id, author.clone(), &content, mentions);
+        if let Some(reply_to) = msg.reply_to {
+            let reply_id = reply_to.to_string();
+            let referenced =
+                self.lock().messages.iter().find(|m| m["id"].as_str() == Some(&reply_id)).cloned();
+            let mut reference = json!({"type": 0, "message_id": reply_to.to_string(), "channel_id": channel_id.to_string()});
+            if let Some(guild) = msg.guild_id {
+                reference["guild_id"] = json!(guild.to_string());
+            }
+            d["type"] = json!(19);
+            d["message_reference"] = reference;
+            d["referenced_message"] = referenced.clone().unwrap_or(Value::Null);
+            // Discord lists the author of the replied-to message among the mentions.
+            if let (Some(replied), Some(mentions)) = (referenced, d["mentions"].as_array_mut()) {
+                mentions.push(replied["author"].clone());
+            }
+        }
+        {
+            let mut state = self.lock();
+            state.channels.entry(channel_id).or_insert_with(|| match msg.guild_id {
+                    Some(guild) => {
+                        json!({"id": channel_id.to_string(), "type": 0, "guild_id": guild.to_string(), "name": format!("channel-{channel_id}"), "position": 0, "permission_overwrites": [], "nsfw": false, "parent_id": null})
+                    }
+                    None => {
+                        json!({"id": channel_id.to_string(), "type": 1, "recipients": [author], "last_message_id": null})
+                    }
+                });
+        }
         if let Some(guild) = msg.guild_id {
             d["guild_id"] = json!(guild.to_string());
             d["member"] = json!({"roles": [], "joined_at": timestamp(), "deaf": false, "mute": false, "flags": 0});
         }
         self.lock().messages.push(d.clone());
         (id, self.dispatch("MESSAGE_CREATE", d))
+    }
+}
+
+impl Shared {
+    /// Opens a public thread in `parent_id` of `guild_id` (its id is `from_message` when started
+    /// from a message, as on Discord, else a fresh one) and dispatches THREAD_CREATE; the
+    /// thread object, or `None` when that message already has a thread.
+    pub fn create_thread(
+        &self,
+        guild_id: u64,
+        parent_id: u64,
+        name: &str,
+        from_message: Option<u64>,
+    ) -> Option<Value> {
+        let thread = {
+            let mut state = self.lock();
+            let id = match from_message {
+                Some(id) if state.channels.contains_key(&id) => return None,
+                Some(id) => id,
+                None => state.next_id(),
+            };
+            let thread = json!({
+                "id": id.to_string(),
+                "type": 11,
+                "guild_id": guild_id.to_string(),
+                "parent_id": parent_id.to_string(),
+                "name": name,
+                "owner_id": FakeDiscord::BOT_ID.to_string(),
+                "message_count": 0,
+                "member_count": 1,
+                "thread_metadata": {"archived": false, "auto_archive_duration": 1440, "archive_timestamp": timestamp(), "locked": false},
+            });
+            state.channels.insert(id, thread.clone());
+            thread
+        };
+        let mut event = thread.clone();
+        event["newly_created"] = json!(true);
+        self.dispatch("THREAD_CREATE", event);
+        Some(thread)
     }
 }
 

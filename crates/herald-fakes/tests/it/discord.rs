@@ -469,3 +469,86 @@ async fn the_message_content_intent_denied_closes_with_4014() {
     send(&mut ws, json!({"op": 2, "d": {"token": FakeDiscord::TOKEN, "intents": INTENTS & !(1 << 15), "properties": {}}})).await;
     assert_eq!(next(&mut ws).await["t"], "READY");
 }
+
+#[tokio::test]
+async fn a_reply_to_the_bot_carries_the_reference_and_the_replied_message() {
+    let fake = FakeDiscord::start().await;
+    let mut ws = connect(&fake).await;
+    identify(&mut ws).await;
+    let answer: Value =
+        post(&fake, 8, &bot_auth(), json!({"content": "the answer"})).await.json().await.unwrap();
+    next(&mut ws).await; // the bot's own post
+    let answer_id: u64 = answer["id"].as_str().unwrap().parse().unwrap();
+    fake.inject_message(InboundMessage::channel(7, 8, 43, "and then?").replying_to(answer_id));
+    let reply = next(&mut ws).await;
+    assert_eq!(reply["d"]["type"], 19);
+    assert_eq!(reply["d"]["message_reference"]["message_id"], answer["id"]);
+    assert_eq!(reply["d"]["referenced_message"]["author"]["id"], FakeDiscord::BOT_ID.to_string());
+    assert_eq!(reply["d"]["mentions"][0]["id"], FakeDiscord::BOT_ID.to_string());
+}
+
+#[tokio::test]
+async fn threads_typing_and_channels() {
+    let fake = FakeDiscord::start().await;
+    let mut ws = connect(&fake).await;
+    identify(&mut ws).await;
+    let (message, _) =
+        fake.inject_message(InboundMessage::channel(7, 8, 43, "open a thread").mentioning_bot());
+    next(&mut ws).await;
+    let client = reqwest::Client::new();
+    let url = rest(&fake, &format!("/channels/8/messages/{message}/threads"));
+    let created = client
+        .post(&url)
+        .header("authorization", bot_auth())
+        .json(&json!({"name": "talk"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let thread: Value = created.json().await.unwrap();
+    assert_eq!(
+        (thread["id"].as_str(), thread["type"].as_u64()),
+        (Some(message.to_string().as_str()), Some(11))
+    );
+    assert_eq!(thread["parent_id"], "8");
+    assert_eq!(next(&mut ws).await["t"], "THREAD_CREATE");
+    // A second thread on the same message is refused.
+    let again = client
+        .post(&url)
+        .header("authorization", bot_auth())
+        .json(&json!({"name": "talk"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), 400);
+    assert_eq!(again.json::<Value>().await.unwrap()["code"], 160004);
+
+    // A thread opened by a user, and a message in it.
+    let thread_id = fake.create_thread(7, 8, "user thread");
+    assert_eq!(next(&mut ws).await["d"]["id"], thread_id.to_string());
+    fake.inject_message(InboundMessage::channel(7, thread_id, 43, "in the thread"));
+    assert_eq!(next(&mut ws).await["d"]["channel_id"], thread_id.to_string());
+
+    let channel = |id: u64| {
+        client
+            .get(rest(&fake, &format!("/channels/{id}")))
+            .header("authorization", bot_auth())
+            .send()
+    };
+    assert_eq!(channel(thread_id).await.unwrap().json::<Value>().await.unwrap()["type"], 11);
+    assert_eq!(channel(8).await.unwrap().json::<Value>().await.unwrap()["type"], 0);
+    let unknown = channel(99).await.unwrap();
+    assert_eq!(unknown.status(), 404);
+    assert_eq!(unknown.json::<Value>().await.unwrap()["code"], 10003);
+    fake.inject_message(InboundMessage::dm(42, "hi"));
+    assert_eq!(fake.channel(FakeDiscord::dm_channel(42)).unwrap()["type"], 1);
+
+    let typing = client
+        .post(rest(&fake, "/channels/8/typing"))
+        .header("authorization", bot_auth())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(typing.status(), 204);
+    assert_eq!(fake.typing(), [8]);
+}
