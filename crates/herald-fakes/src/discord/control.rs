@@ -10,6 +10,10 @@
 //! - `POST /_fake/send_fault {"kind": "too_many_requests", "retry_after": 1.5, "global": false}`
 //!   or `{"kind": "status", "status": 502}`: the next post gets it
 //! - `POST /_fake/message_content {"denied": true}`: IDENTIFY with that intent closes 4014
+//! - `POST /_fake/drop` (gateway sockets dropped, no close frame)
+//!
+//! There is no control route for going offline: the control API shares the port, so it would
+//! be unreachable too; use [`super::FakeDiscord::set_offline`].
 
 use axum::Json;
 use axum::Router;
@@ -30,6 +34,7 @@ pub(crate) fn routes() -> Router<Ctx> {
         .route("/_fake/typing", get(typing))
         .route("/_fake/threads", post(thread))
         .route("/_fake/reconnect", post(reconnect))
+        .route("/_fake/drop", post(drop_connections))
         .route("/_fake/invalid_session", post(invalid_session))
         .route("/_fake/send_fault", post(send_fault))
         .route("/_fake/message_content", post(message_content))
@@ -118,4 +123,9 @@ struct NewThread {
 async fn thread(State(ctx): State<Ctx>, Json(body): Json<NewThread>) -> Json<Value> {
     let thread = ctx.shared.create_thread(body.guild_id, body.parent_id, &body.name, None);
     Json(json!({"id": thread.map(|t| t["id"].clone())}))
+}
+
+async fn drop_connections(State(ctx): State<Ctx>) -> Json<Value> {
+    let _ = ctx.shared.events.send(Event::Abort);
+    Json(json!({"ok": true}))
 }

@@ -37,6 +37,8 @@ async fn close(socket: &mut WebSocket, code: u16, reason: &str) {
 async fn connection(ctx: Ctx, mut socket: WebSocket) {
     // Subscribed before anything is read from the log, so no dispatch falls between the two.
     let mut events = ctx.shared.events.subscribe();
+    // An upgraded socket outlives its HTTP connection task: it watches for going down itself.
+    let mut offline = ctx.shared.offline.subscribe();
     if !send(&mut socket, &json!({"op": 10, "s": null, "t": null, "d": {"heartbeat_interval": HEARTBEAT_INTERVAL_MS}})).await {
         return;
     }
@@ -48,11 +50,15 @@ async fn connection(ctx: Ctx, mut socket: WebSocket) {
                 close(&mut socket, 1001, "going away").await;
                 return;
             }
+            // Dropped with no close frame, as a network failure would.
+            () = async { drop(offline.wait_for(|down| *down).await) } => return,
             event = events.recv() => match event {
                 Ok(Event::Close(code)) => {
                     close(&mut socket, code, "closed by the fake").await;
                     return;
                 }
+                // Dropping the socket ends the TCP connection with no close frame.
+                Ok(Event::Abort) => return,
                 Ok(Event::Reconnect) => {
                     if !send(&mut socket, &json!({"op": 7, "s": null, "t": null, "d": null})).await {
                         return;

@@ -13,14 +13,15 @@
 //!   ACKed, MESSAGE_CREATE dispatches with increasing `s`, RESUME → replay then RESUMED, close
 //!   4004 for a bad token, 4014 for the Message Content intent while
 //!   [`FakeDiscord::deny_message_content`], any close code on [`FakeDiscord::close_with`], op 7
-//!   on [`FakeDiscord::reconnect`], op 9 on [`FakeDiscord::invalid_session`].
+//!   on [`FakeDiscord::reconnect`], op 9 on [`FakeDiscord::invalid_session`], an abrupt drop on
+//!   [`FakeDiscord::drop_connections`], down for a while with [`FakeDiscord::set_offline`].
 //! - Control over HTTP under `/_fake/` ([`control`]).
 //!
 //! Messages can be injected in DMs, server channels and threads ([`FakeDiscord::create_thread`]),
 //! mentioning the bot, replying to a message, or from a bot.
 //!
-//! Not yet: forum posts, interactions and application commands,
-//! typing, a down-for-a-while fault.
+//! Not yet: forum posts, interactions and application commands (and their REST routes), message
+//! edits and deletes, 429 and 5xx on routes other than the post.
 
 mod control;
 mod gateway;
@@ -176,6 +177,17 @@ impl FakeDiscord {
     /// Every `POST /channels/{id}/typing`, as channel ids in order.
     pub fn typing(&self) -> Vec<u64> {
         self.inner.shared.lock().typing.clone()
+    }
+
+    /// Drops every open gateway connection without a close frame, as a network failure would.
+    pub fn drop_connections(&self) {
+        let _ = self.inner.shared.events.send(Event::Abort);
+    }
+
+    /// While offline (down for a while), every connection, REST and gateway, open or new, is
+    /// dropped without an answer; the log keeps what is injected meanwhile, for a RESUME.
+    pub fn set_offline(&self, offline: bool) {
+        self.inner.shared.offline.send_replace(offline);
     }
 
     /// Sends op 7 RECONNECT on every open gateway connection (the client should resume).

@@ -1,5 +1,6 @@
 //! The accept loop: like the Telegram fake's, written out so that shutdown ends open
-//! connections (WebSockets included, which are served with upgrades).
+//! connections (WebSockets included, which are served with upgrades), and so that while offline
+//! every connection is dropped unanswered.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,6 +26,7 @@ pub(crate) struct Ctx {
 
 pub(crate) async fn serve(listener: TcpListener, ctx: Ctx) {
     let shutdown = ctx.shutdown.clone();
+    let shared = ctx.shared.clone();
     let router = Router::new()
         .route("/", get(super::gateway::upgrade))
         .merge(super::rest::routes())
@@ -47,6 +49,12 @@ pub(crate) async fn serve(listener: TcpListener, ctx: Ctx) {
                 }
             },
         };
+        let mut offline = shared.offline.subscribe();
+        if *offline.borrow_and_update() {
+            // Down: the connection is closed before a byte is read.
+            drop(stream);
+            continue;
+        }
         let service = TowerToHyperService::new(router.clone());
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
@@ -54,6 +62,7 @@ pub(crate) async fn serve(listener: TcpListener, ctx: Ctx) {
             let serving = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
             tokio::select! {
                 () = shutdown.cancelled() => {}
+                _ = offline.wait_for(|down| *down) => {}
                 _ = serving => {}
             }
         });

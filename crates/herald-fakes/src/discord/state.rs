@@ -112,6 +112,8 @@ pub(crate) enum Event {
     Close(u16),
     /// Send op 7 RECONNECT.
     Reconnect,
+    /// Drop the socket without a close frame.
+    Abort,
     /// Send op 9 INVALID_SESSION with this `d`.
     InvalidSession(bool),
 }
@@ -175,6 +177,8 @@ pub(crate) struct Shared {
     pub events: broadcast::Sender<Event>,
     /// How many messages the bot has posted; bumped on every post.
     pub sent: watch::Sender<usize>,
+    /// While true, connections are dropped as soon as they are accepted, and open ones end.
+    pub offline: watch::Sender<bool>,
 }
 
 impl Default for Shared {
@@ -183,6 +187,7 @@ impl Default for Shared {
             state: Mutex::new(State::default()),
             events: broadcast::Sender::new(1024),
             sent: watch::Sender::new(0),
+            offline: watch::Sender::new(false),
         }
     }
 }

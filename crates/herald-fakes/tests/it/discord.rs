@@ -552,3 +552,37 @@ async fn threads_typing_and_channels() {
     assert_eq!(typing.status(), 204);
     assert_eq!(fake.typing(), [8]);
 }
+
+#[tokio::test]
+async fn down_for_a_while_then_resume_brings_back_the_gap() {
+    let fake = FakeDiscord::start().await;
+    let mut ws = connect(&fake).await;
+    let ready = identify(&mut ws).await;
+    fake.set_offline(true);
+    // The open socket is dropped without a close frame.
+    let ended = tokio::time::timeout(WAIT, ws.next()).await.unwrap();
+    assert!(!matches!(ended, Some(Ok(Message::Close(Some(_))))), "{ended:?}");
+    fake.inject_message(InboundMessage::dm(42, "while down"));
+    // Nothing answers meanwhile, REST included.
+    let url = format!("{}/?v=10", fake.gateway_url());
+    assert!(tokio_tungstenite::connect_async(url).await.is_err());
+    assert!(reqwest::get(rest(&fake, "/gateway")).await.is_err());
+
+    fake.set_offline(false);
+    let mut ws = connect(&fake).await;
+    assert_eq!(next(&mut ws).await["op"], 10);
+    let d = json!({"token": FakeDiscord::TOKEN, "session_id": ready["d"]["session_id"], "seq": ready["s"]});
+    send(&mut ws, json!({"op": 6, "d": d})).await;
+    assert_eq!(next(&mut ws).await["d"]["content"], "while down");
+    assert_eq!(next(&mut ws).await["t"], "RESUMED");
+}
+
+#[tokio::test]
+async fn drop_connections_ends_sockets_without_a_close_frame() {
+    let fake = FakeDiscord::start().await;
+    let mut ws = connect(&fake).await;
+    identify(&mut ws).await;
+    fake.drop_connections();
+    let ended = tokio::time::timeout(WAIT, ws.next()).await.unwrap();
+    assert!(!matches!(ended, Some(Ok(Message::Close(Some(_))))), "{ended:?}");
+}
