@@ -12,7 +12,8 @@ const USAGE: &str =
     "usage: herald-fake-discord [--listen ADDR]   (default 127.0.0.1:8082; port 0 picks one)
 
 Serves Discord's REST v10 under /api/v10 (gateway, gateway/bot, users/@me, channels/{id},
-GET and POST channels/{id}/messages, POST channels/{id}/typing and .../messages/{id}/threads)
+GET and POST channels/{id}/messages, POST channels/{id}/typing and .../messages/{id}/threads,
+applications/{id}/commands, interactions/{id}/{token}/callback)
 and the Gateway WebSocket at / for the token fake-discord-token.herald.test (the bot is
 herald_test_bot, id 100000000000000001), and
   POST /_fake/messages  {\"author_id\":1,\"content\":\"hi\"}   (optional: channel_id, guild_id,
@@ -24,6 +25,10 @@ herald_test_bot, id 100000000000000001), and
   POST /_fake/send_fault {\"kind\":\"too_many_requests\",\"retry_after\":1.5,\"global\":false}
                         or {\"kind\":\"status\",\"status\":502}   (the next post gets it)
   POST /_fake/message_content {\"denied\":true}   (IDENTIFY with that intent closes 4014)
+  POST /_fake/drop   (gateway sockets dropped without a close frame)
+  POST /_fake/commands  {\"user_id\":1,\"name\":\"new\"}   (optional: options, channel_id, guild_id)
+                        -> {\"id\":\"...\",\"token\":\"...\"}   (an INTERACTION_CREATE)
+  GET  /_fake/commands, /_fake/interaction_responses
 until SIGINT or SIGTERM.";
 
 #[tokio::main]

@@ -11,6 +11,9 @@
 //!   or `{"kind": "status", "status": 502}`: the next post gets it
 //! - `POST /_fake/message_content {"denied": true}`: IDENTIFY with that intent closes 4014
 //! - `POST /_fake/drop` (gateway sockets dropped, no close frame)
+//! - `POST /_fake/commands` with a [`super::SlashCommand`] (`{"user_id": 1, "name": "new"}`) →
+//!   `{"id": "…", "token": "…"}`; `GET /_fake/commands` (`{"commands": [...], "puts": N}`),
+//!   `GET /_fake/interaction_responses`
 //!
 //! There is no control route for going offline: the control API shares the port, so it would
 //! be unreachable too; use [`super::FakeDiscord::set_offline`].
@@ -35,6 +38,8 @@ pub(crate) fn routes() -> Router<Ctx> {
         .route("/_fake/threads", post(thread))
         .route("/_fake/reconnect", post(reconnect))
         .route("/_fake/drop", post(drop_connections))
+        .route("/_fake/commands", post(inject_command).get(commands))
+        .route("/_fake/interaction_responses", get(interaction_responses))
         .route("/_fake/invalid_session", post(invalid_session))
         .route("/_fake/send_fault", post(send_fault))
         .route("/_fake/message_content", post(message_content))
@@ -128,4 +133,21 @@ async fn thread(State(ctx): State<Ctx>, Json(body): Json<NewThread>) -> Json<Val
 async fn drop_connections(State(ctx): State<Ctx>) -> Json<Value> {
     let _ = ctx.shared.events.send(Event::Abort);
     Json(json!({"ok": true}))
+}
+
+async fn inject_command(
+    State(ctx): State<Ctx>,
+    Json(command): Json<super::SlashCommand>,
+) -> Json<Value> {
+    let (id, token) = ctx.shared.inject_command(&command);
+    Json(json!({"id": id.to_string(), "token": token}))
+}
+
+async fn commands(State(ctx): State<Ctx>) -> Json<Value> {
+    let state = ctx.shared.lock();
+    Json(json!({"commands": state.commands, "puts": state.command_puts}))
+}
+
+async fn interaction_responses(State(ctx): State<Ctx>) -> Json<Vec<super::InteractionResponse>> {
+    Json(ctx.shared.lock().interaction_responses.clone())
 }

@@ -20,11 +20,15 @@
 //! Messages can be injected in DMs, server channels and threads ([`FakeDiscord::create_thread`]),
 //! mentioning the bot, replying to a message, or from a bot.
 //!
-//! Not yet: forum posts, interactions and application commands (and their REST routes), message
+//! Application commands and interactions ([`interactions`]): the global command set, slash
+//! commands injected as INTERACTION_CREATE ([`FakeDiscord::inject_command`]), callbacks recorded.
+//!
+//! Not yet: forum posts, interaction followups (`/webhooks/...`), message
 //! edits and deletes, 429 and 5xx on routes other than the post.
 
 mod control;
 mod gateway;
+mod interactions;
 mod rest;
 mod server;
 mod state;
@@ -39,6 +43,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub use gateway::HEARTBEAT_INTERVAL_MS;
+pub use interactions::{InteractionResponse, SlashCommand};
 pub use rest::MAX_CONTENT;
 use server::Ctx;
 use state::{Event, Shared};
@@ -177,6 +182,26 @@ impl FakeDiscord {
     /// Every `POST /channels/{id}/typing`, as channel ids in order.
     pub fn typing(&self) -> Vec<u64> {
         self.inner.shared.lock().typing.clone()
+    }
+
+    /// Dispatches a slash command as INTERACTION_CREATE; (interaction id, interaction token).
+    pub fn inject_command(&self, command: SlashCommand) -> (u64, String) {
+        self.inner.shared.inject_command(&command)
+    }
+
+    /// The global application commands as last put.
+    pub fn commands(&self) -> Vec<serde_json::Value> {
+        self.inner.shared.lock().commands.clone()
+    }
+
+    /// How many times the bot put its commands (`PUT /applications/{app}/commands`).
+    pub fn command_puts(&self) -> usize {
+        self.inner.shared.lock().command_puts
+    }
+
+    /// Every interaction callback, in order.
+    pub fn interaction_responses(&self) -> Vec<InteractionResponse> {
+        self.inner.shared.lock().interaction_responses.clone()
     }
 
     /// Drops every open gateway connection without a close frame, as a network failure would.

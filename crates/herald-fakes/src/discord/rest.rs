@@ -33,15 +33,15 @@ pub(crate) fn routes() -> Router<Ctx> {
         )
 }
 
-fn error(status: StatusCode, code: u32, message: &str) -> Response {
+pub(crate) fn error(status: StatusCode, code: u32, message: &str) -> Response {
     (status, Json(json!({"message": message, "code": code}))).into_response()
 }
 
-fn unauthorized() -> Response {
+pub(crate) fn unauthorized() -> Response {
     error(StatusCode::UNAUTHORIZED, 0, "401: Unauthorized")
 }
 
-fn authorized(headers: &HeaderMap) -> bool {
+pub(crate) fn authorized(headers: &HeaderMap) -> bool {
     let expected = format!("Bot {}", FakeDiscord::TOKEN);
     headers.get("authorization").and_then(|v| v.to_str().ok()) == Some(expected.as_str())
 }

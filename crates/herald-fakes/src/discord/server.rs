@@ -30,6 +30,7 @@ pub(crate) async fn serve(listener: TcpListener, ctx: Ctx) {
     let router = Router::new()
         .route("/", get(super::gateway::upgrade))
         .merge(super::rest::routes())
+        .merge(super::interactions::routes())
         .merge(super::control::routes())
         .fallback(|| async {
             (

@@ -148,6 +148,14 @@ pub(crate) struct State {
     pub channels: HashMap<u64, Value>,
     /// Every `POST /channels/{id}/typing`, by channel id.
     pub typing: Vec<u64>,
+    /// The global application commands, as last put.
+    pub commands: Vec<Value>,
+    /// How many times the commands were put.
+    pub command_puts: usize,
+    /// The interactions dispatched, as (id, token).
+    pub interactions: Vec<(u64, String)>,
+    /// The answers to them.
+    pub interaction_responses: Vec<super::InteractionResponse>,
 }
 
 /// A fault for the next `POST /channels/{id}/messages`, checked after the token.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
 use herald_fakes::FakeDiscord;
-use herald_fakes::discord::{InboundMessage, SendFault};
+use herald_fakes::discord::{InboundMessage, SendFault, SlashCommand};
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
@@ -585,4 +585,62 @@ async fn drop_connections_ends_sockets_without_a_close_frame() {
     fake.drop_connections();
     let ended = tokio::time::timeout(WAIT, ws.next()).await.unwrap();
     assert!(!matches!(ended, Some(Ok(Message::Close(Some(_))))), "{ended:?}");
+}
+
+#[tokio::test]
+async fn commands_are_put_and_a_slash_command_is_answered_once() {
+    let fake = FakeDiscord::start().await;
+    let client = reqwest::Client::new();
+    let commands = json!([{"name": "new", "description": "start afresh", "type": 1}]);
+    let url = rest(&fake, &format!("/applications/{}/commands", FakeDiscord::BOT_ID));
+    let put =
+        client.put(&url).header("authorization", bot_auth()).json(&commands).send().await.unwrap();
+    assert_eq!(put.status(), 200);
+    let listed: Value = client
+        .get(&url)
+        .header("authorization", bot_auth())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed[0]["name"], "new");
+    assert_eq!((fake.command_puts(), fake.commands().len()), (1, 1));
+
+    let mut ws = connect(&fake).await;
+    identify(&mut ws).await;
+    let command = SlashCommand {
+        user_id: 42,
+        name: "new".into(),
+        options: vec![],
+        channel_id: Some(8),
+        guild_id: Some(7),
+    };
+    let (id, token) = fake.inject_command(command);
+    let event = next(&mut ws).await;
+    assert_eq!(event["t"], "INTERACTION_CREATE");
+    assert_eq!(
+        (event["d"]["type"].as_u64(), event["d"]["data"]["name"].as_str()),
+        (Some(2), Some("new"))
+    );
+    assert_eq!(event["d"]["member"]["user"]["id"], "42");
+    assert_eq!(event["d"]["token"], token);
+
+    let answer = json!({"type": 4, "data": {"content": "started afresh", "flags": 64}});
+    let callback = rest(&fake, &format!("/interactions/{id}/{token}/callback"));
+    assert_eq!(client.post(&callback).json(&answer).send().await.unwrap().status(), 204);
+    let twice = client.post(&callback).json(&answer).send().await.unwrap();
+    assert_eq!(twice.status(), 400);
+    assert_eq!(twice.json::<Value>().await.unwrap()["code"], 40060);
+    let responses = fake.interaction_responses();
+    assert_eq!(responses.len(), 1);
+    assert_eq!((responses[0].kind, responses[0].data["flags"].as_u64()), (4, Some(64)));
+    let unknown = client
+        .post(rest(&fake, &format!("/interactions/{id}/wrong/callback")))
+        .json(&answer)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 404);
 }
