@@ -28,7 +28,7 @@ herald_test_bot, id 100000000000000001), and
   POST /_fake/drop   (gateway sockets dropped without a close frame)
   POST /_fake/commands  {\"user_id\":1,\"name\":\"new\"}   (optional: options, channel_id, guild_id)
                         -> {\"id\":\"...\",\"token\":\"...\"}   (an INTERACTION_CREATE)
-  GET  /_fake/commands, /_fake/interaction_responses
+  GET  /_fake/commands, /_fake/interaction_responses, /_fake/followups
 until SIGINT or SIGTERM.";
 
 #[tokio::main]

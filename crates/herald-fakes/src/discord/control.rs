@@ -13,7 +13,7 @@
 //! - `POST /_fake/drop` (gateway sockets dropped, no close frame)
 //! - `POST /_fake/commands` with a [`super::SlashCommand`] (`{"user_id": 1, "name": "new"}`) →
 //!   `{"id": "…", "token": "…"}`; `GET /_fake/commands` (`{"commands": [...], "puts": N}`),
-//!   `GET /_fake/interaction_responses`
+//!   `GET /_fake/interaction_responses`, `GET /_fake/followups`
 //!
 //! There is no control route for going offline: the control API shares the port, so it would
 //! be unreachable too; use [`super::FakeDiscord::set_offline`].
@@ -40,6 +40,7 @@ pub(crate) fn routes() -> Router<Ctx> {
         .route("/_fake/drop", post(drop_connections))
         .route("/_fake/commands", post(inject_command).get(commands))
         .route("/_fake/interaction_responses", get(interaction_responses))
+        .route("/_fake/followups", get(followups))
         .route("/_fake/invalid_session", post(invalid_session))
         .route("/_fake/send_fault", post(send_fault))
         .route("/_fake/message_content", post(message_content))
@@ -150,4 +151,8 @@ async fn commands(State(ctx): State<Ctx>) -> Json<Value> {
 
 async fn interaction_responses(State(ctx): State<Ctx>) -> Json<Vec<super::InteractionResponse>> {
     Json(ctx.shared.lock().interaction_responses.clone())
+}
+
+async fn followups(State(ctx): State<Ctx>) -> Json<Vec<super::Followup>> {
+    Json(ctx.shared.lock().followups.clone())
 }

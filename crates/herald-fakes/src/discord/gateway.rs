@@ -2,7 +2,8 @@
 //! HELLO (op 10) on connect; IDENTIFY (op 2) → READY, or close 4004 for another token;
 //! HEARTBEAT (op 1) → HEARTBEAT_ACK (op 11); RESUME (op 6) → the dispatches after its `seq`,
 //! then RESUMED, or INVALID_SESSION (op 9, `d: false`) for a session the fake never gave;
-//! dispatches (op 0) with increasing `s` once identified or resumed; a close code on
+//! ops 3, 4, 8 and 31 accepted and ignored; any other op closes 4001; dispatches (op 0) with
+//! increasing `s` once identified or resumed; a close code on
 //! [`super::FakeDiscord::close_with`].
 
 use axum::extract::State;
@@ -156,6 +157,9 @@ async fn connection(ctx: Ctx, mut socket: WebSocket) {
                         }
                         sent_up_to = Some(last);
                     }
+                    // Presence and voice state updates, guild member requests, soundboard
+                    // requests: valid sends with nothing for the fake to do.
+                    Some(3 | 4 | 8 | 31) => {}
                     _ => {
                         close(&mut socket, 4001, "Unknown opcode.").await;
                         return;

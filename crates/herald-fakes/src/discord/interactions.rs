@@ -2,7 +2,10 @@
 //! set, bulk overwritten; every PUT is counted so a test can see a restart did not register
 //! again), INTERACTION_CREATE for an injected slash command, and `POST
 //! /interactions/{id}/{token}/callback` (recorded; a second answer gets 400 code 40060, an
-//! unknown interaction 404 code 10062). Followups through `/webhooks` are not served yet.
+//! unknown interaction 404 code 10062), and the interaction webhook: `POST
+//! /webhooks/{app}/{token}` (a followup) and `PATCH /webhooks/{app}/{token}/messages/@original`
+//! (the deferred answer), both recorded as [`Followup`]s. `GET /applications/@me` (and the
+//! oauth2 one) describe the application.
 
 use axum::Json;
 use axum::Router;
@@ -52,20 +55,38 @@ pub(crate) fn routes() -> Router<Ctx> {
     Router::new()
         .route("/api/v10/applications/{app}/commands", get(list_commands).put(put_commands))
         .route("/api/v10/interactions/{id}/{token}/callback", post(callback))
+        .route("/api/v10/webhooks/{app}/{token}", post(followup))
+        .route(
+            "/api/v10/webhooks/{app}/{token}/messages/@original",
+            axum::routing::patch(edit_original),
+        )
+        .route("/api/v10/applications/@me", get(application))
+        .route("/api/v10/oauth2/applications/@me", get(application))
+}
+
+/// A message sent through an interaction's webhook.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Followup {
+    /// The interaction's token.
+    pub token: String,
+    /// Whether it edited the original answer (else a new followup message).
+    pub edits_original: bool,
+    /// The body as sent (`content`, `flags`, ...).
+    pub body: Value,
 }
 
 impl Shared {
     /// Dispatches `command` as INTERACTION_CREATE; (interaction id, its token).
     pub fn inject_command(&self, command: &SlashCommand) -> (u64, String) {
+        let channel_id =
+            command.channel_id.unwrap_or_else(|| FakeDiscord::dm_channel(command.user_id));
         let (id, token) = {
             let mut state = self.lock();
             let id = state.next_id();
             let token = format!("fake-interaction-token-{id}");
-            state.interactions.push((id, token.clone()));
+            state.interactions.push((id, token.clone(), channel_id));
             (id, token)
         };
-        let channel_id =
-            command.channel_id.unwrap_or_else(|| FakeDiscord::dm_channel(command.user_id));
         let user = json!({"id": command.user_id.to_string(), "username": format!("user{}", command.user_id), "discriminator": "0", "global_name": null, "avatar": null});
         let mut d = json!({
             "id": id.to_string(),
@@ -140,7 +161,7 @@ async fn callback(
     let Some(interaction_id) = id
         .parse::<u64>()
         .ok()
-        .filter(|id| state.interactions.iter().any(|(i, t)| i == id && *t == token))
+        .filter(|id| state.interactions.iter().any(|(i, t, _)| i == id && *t == token))
     else {
         return error(StatusCode::NOT_FOUND, 10062, "Unknown interaction");
     };
@@ -162,4 +183,61 @@ async fn callback(
         data: body["data"].clone(),
     });
     StatusCode::NO_CONTENT.into_response()
+}
+
+async fn application(headers: HeaderMap) -> Response {
+    if !authorized(&headers) {
+        return unauthorized();
+    }
+    let id = FakeDiscord::BOT_ID.to_string();
+    Json(json!({"id": id, "name": FakeDiscord::BOT_USERNAME, "icon": null, "description": "", "bot_public": false, "bot_require_code_grant": false, "verify_key": "00", "flags": 0, "bot": super::state::bot_user(), "owner": {"id": "1", "username": "owner", "discriminator": "0", "avatar": null}, "team": null}))
+        .into_response()
+}
+
+/// Records a webhook message for interaction `token`, or 404 10015 for a token never given.
+fn record_followup(
+    ctx: &Ctx,
+    app: &str,
+    token: &str,
+    body: &Bytes,
+    edits_original: bool,
+) -> Response {
+    let Ok(body) = serde_json::from_slice::<Value>(body) else {
+        return error(StatusCode::BAD_REQUEST, 50109, "The request body contains invalid JSON.");
+    };
+    let mut state = ctx.shared.lock();
+    let channel =
+        state.interactions.iter().find(|(_, t, _)| t == token).map(|(_, _, channel)| *channel);
+    let Some(channel) = channel.filter(|_| app == FakeDiscord::BOT_ID.to_string()) else {
+        return error(StatusCode::NOT_FOUND, 10015, "Unknown Webhook");
+    };
+    if body["content"].as_str().is_some_and(|c| c.chars().count() > super::MAX_CONTENT) {
+        let errors = json!({"content": {"_errors": [{"code": "BASE_TYPE_MAX_LENGTH", "message": "Must be 2000 or fewer in length."}]}});
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"message": "Invalid Form Body", "code": 50035, "errors": errors})),
+        )
+            .into_response();
+    }
+    let id = state.next_id();
+    let content = body["content"].as_str().unwrap_or_default().to_owned();
+    state.followups.push(Followup { token: token.to_owned(), edits_original, body });
+    Json(super::state::message(id, channel, super::state::bot_user(), &content, vec![]))
+        .into_response()
+}
+
+async fn followup(
+    State(ctx): State<Ctx>,
+    Path((app, token)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    record_followup(&ctx, &app, &token, &body, false)
+}
+
+async fn edit_original(
+    State(ctx): State<Ctx>,
+    Path((app, token)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    record_followup(&ctx, &app, &token, &body, true)
 }

@@ -23,7 +23,7 @@
 //! Application commands and interactions ([`interactions`]): the global command set, slash
 //! commands injected as INTERACTION_CREATE ([`FakeDiscord::inject_command`]), callbacks recorded.
 //!
-//! Not yet: forum posts, interaction followups (`/webhooks/...`), message
+//! Not yet: forum posts, message
 //! edits and deletes, 429 and 5xx on routes other than the post.
 
 mod control;
@@ -43,7 +43,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 pub use gateway::HEARTBEAT_INTERVAL_MS;
-pub use interactions::{InteractionResponse, SlashCommand};
+pub use interactions::{Followup, InteractionResponse, SlashCommand};
 pub use rest::MAX_CONTENT;
 use server::Ctx;
 use state::{Event, Shared};
@@ -202,6 +202,11 @@ impl FakeDiscord {
     /// Every interaction callback, in order.
     pub fn interaction_responses(&self) -> Vec<InteractionResponse> {
         self.inner.shared.lock().interaction_responses.clone()
+    }
+
+    /// Every followup and edit of an original answer through the interaction webhooks.
+    pub fn followups(&self) -> Vec<Followup> {
+        self.inner.shared.lock().followups.clone()
     }
 
     /// Drops every open gateway connection without a close frame, as a network failure would.

@@ -152,10 +152,12 @@ pub(crate) struct State {
     pub commands: Vec<Value>,
     /// How many times the commands were put.
     pub command_puts: usize,
-    /// The interactions dispatched, as (id, token).
-    pub interactions: Vec<(u64, String)>,
+    /// The interactions dispatched, as (id, token, channel id).
+    pub interactions: Vec<(u64, String, u64)>,
     /// The answers to them.
     pub interaction_responses: Vec<super::InteractionResponse>,
+    /// Followups and edits of the original answer, through the interaction webhook.
+    pub followups: Vec<super::Followup>,
 }
 
 /// A fault for the next `POST /channels/{id}/messages`, checked after the token.

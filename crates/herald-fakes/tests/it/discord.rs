@@ -643,4 +643,59 @@ async fn commands_are_put_and_a_slash_command_is_answered_once() {
         .await
         .unwrap();
     assert_eq!(unknown.status(), 404);
+
+    // The interaction webhook: a followup and an edit of the original answer.
+    let webhook = rest(&fake, &format!("/webhooks/{}/{token}", FakeDiscord::BOT_ID));
+    let followup = client.post(&webhook).json(&json!({"content": "more"})).send().await.unwrap();
+    assert_eq!(followup.status(), 200);
+    assert_eq!(followup.json::<Value>().await.unwrap()["channel_id"], "8");
+    let edit = client
+        .patch(format!("{webhook}/messages/@original"))
+        .json(&json!({"content": "edited"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(edit.status(), 200);
+    let followups = fake.followups();
+    assert_eq!(
+        (followups[0].edits_original, followups[0].body["content"].as_str()),
+        (false, Some("more"))
+    );
+    assert_eq!(
+        (followups[1].edits_original, followups[1].body["content"].as_str()),
+        (true, Some("edited"))
+    );
+    let wrong = client
+        .post(rest(&fake, &format!("/webhooks/{}/nope", FakeDiscord::BOT_ID)))
+        .json(&json!({"content": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), 404);
+}
+
+#[tokio::test]
+async fn presence_updates_are_accepted_and_unknown_ops_close_4001() {
+    let fake = FakeDiscord::start().await;
+    let mut ws = connect(&fake).await;
+    identify(&mut ws).await;
+    send(
+        &mut ws,
+        json!({"op": 3, "d": {"since": null, "activities": [], "status": "online", "afk": false}}),
+    )
+    .await;
+    send(&mut ws, json!({"op": 1, "d": 1})).await;
+    assert_eq!(next(&mut ws).await["op"], 11);
+    send(&mut ws, json!({"op": 42, "d": null})).await;
+    assert_eq!(close_code(&mut ws).await, 4001);
+    let app: Value = reqwest::Client::new()
+        .get(rest(&fake, "/oauth2/applications/@me"))
+        .header("authorization", bot_auth())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(app["id"], FakeDiscord::BOT_ID.to_string());
 }
