@@ -19,6 +19,8 @@ herald_test_bot, id 100000000000000001), and
   POST /_fake/messages  {\"author_id\":1,\"content\":\"hi\"}   (optional: channel_id, guild_id,
                         mention_bot, author_is_bot, reply_to) -> {\"id\":\"...\",\"seq\":N}
   POST /_fake/threads   {\"guild_id\":7,\"parent_id\":8,\"name\":\"t\"} -> {\"id\":\"...\"}
+  POST /_fake/forum_posts {\"guild_id\":7,\"forum_id\":9,\"name\":\"t\",\"author_id\":1,\"content\":\"hi\"}
+                        -> {\"id\":\"...\"}   (the thread's id, also its starter message's)
   GET  /_fake/sent[?channel_id=N], /_fake/identifies, /_fake/typing
   POST /_fake/close     {\"code\":4014}   (closes every gateway connection with that code)
   POST /_fake/reconnect (op 7), /_fake/invalid_session {\"resumable\":false} (op 9)

@@ -5,6 +5,8 @@
 //! - `GET /_fake/sent` (`?channel_id=N` for one channel), `GET /_fake/identifies`,
 //!   `GET /_fake/typing`
 //! - `POST /_fake/threads {"guild_id": 7, "parent_id": 8, "name": "t"}` → `{"id": "…"}`
+//! - `POST /_fake/forum_posts {"guild_id": 7, "forum_id": 9, "name": "t", "author_id": 1,
+//!   "content": "hi"}` → `{"id": "…"}` (the thread's and its starter message's)
 //! - `POST /_fake/close {"code": 4014}`: closes every gateway connection with that code
 //! - `POST /_fake/reconnect` (op 7), `POST /_fake/invalid_session {"resumable": false}` (op 9)
 //! - `POST /_fake/send_fault {"kind": "too_many_requests", "retry_after": 1.5, "global": false}`
@@ -25,6 +27,7 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::FakeDiscord;
 use super::server::Ctx;
 use super::state::{Event, Identify, InboundMessage, SendFault, SentMessage};
 
@@ -36,6 +39,7 @@ pub(crate) fn routes() -> Router<Ctx> {
         .route("/_fake/close", post(close))
         .route("/_fake/typing", get(typing))
         .route("/_fake/threads", post(thread))
+        .route("/_fake/forum_posts", post(forum_post))
         .route("/_fake/reconnect", post(reconnect))
         .route("/_fake/drop", post(drop_connections))
         .route("/_fake/commands", post(inject_command).get(commands))
@@ -127,7 +131,13 @@ struct NewThread {
 }
 
 async fn thread(State(ctx): State<Ctx>, Json(body): Json<NewThread>) -> Json<Value> {
-    let thread = ctx.shared.create_thread(body.guild_id, body.parent_id, &body.name, None);
+    let thread = ctx.shared.create_thread(
+        body.guild_id,
+        body.parent_id,
+        &body.name,
+        None,
+        FakeDiscord::BOT_ID,
+    );
     Json(json!({"id": thread.map(|t| t["id"].clone())}))
 }
 
@@ -155,4 +165,24 @@ async fn interaction_responses(State(ctx): State<Ctx>) -> Json<Vec<super::Intera
 
 async fn followups(State(ctx): State<Ctx>) -> Json<Vec<super::Followup>> {
     Json(ctx.shared.lock().followups.clone())
+}
+
+#[derive(Deserialize)]
+struct ForumPost {
+    guild_id: u64,
+    forum_id: u64,
+    name: String,
+    author_id: u64,
+    content: String,
+}
+
+async fn forum_post(State(ctx): State<Ctx>, Json(post): Json<ForumPost>) -> Json<Value> {
+    let id = ctx.shared.create_forum_post(
+        post.guild_id,
+        post.forum_id,
+        &post.name,
+        post.author_id,
+        &post.content,
+    );
+    Json(json!({"id": id.to_string()}))
 }

@@ -17,13 +17,14 @@
 //!   [`FakeDiscord::drop_connections`], down for a while with [`FakeDiscord::set_offline`].
 //! - Control over HTTP under `/_fake/` ([`control`]).
 //!
-//! Messages can be injected in DMs, server channels and threads ([`FakeDiscord::create_thread`]),
+//! Messages can be injected in DMs, server channels, threads ([`FakeDiscord::create_thread`])
+//! and forum posts ([`FakeDiscord::create_forum_post`]),
 //! mentioning the bot, replying to a message, or from a bot.
 //!
 //! Application commands and interactions ([`interactions`]): the global command set, slash
 //! commands injected as INTERACTION_CREATE ([`FakeDiscord::inject_command`]), callbacks recorded.
 //!
-//! Not yet: forum posts, message
+//! Not yet: message
 //! edits and deletes, 429 and 5xx on routes other than the post.
 
 mod control;
@@ -169,8 +170,23 @@ impl FakeDiscord {
     /// Opens a public thread in channel `parent_id` of server `guild_id` and dispatches
     /// THREAD_CREATE; the thread's id, to inject messages into (as their `channel_id`).
     pub fn create_thread(&self, guild_id: u64, parent_id: u64, name: &str) -> u64 {
-        let thread = self.inner.shared.create_thread(guild_id, parent_id, name, None);
+        let thread =
+            self.inner.shared.create_thread(guild_id, parent_id, name, None, FakeDiscord::BOT_ID);
         thread.and_then(|t| t["id"].as_str().and_then(|id| id.parse().ok())).unwrap_or_default()
+    }
+
+    /// A user's forum post in forum channel `forum_id` of server `guild_id`: a thread named
+    /// `name` (THREAD_CREATE) and its starter message `content` (MESSAGE_CREATE), which share
+    /// one id, as on Discord; that id, the thread's channel id for further messages.
+    pub fn create_forum_post(
+        &self,
+        guild_id: u64,
+        forum_id: u64,
+        name: &str,
+        author_id: u64,
+        content: &str,
+    ) -> u64 {
+        self.inner.shared.create_forum_post(guild_id, forum_id, name, author_id, content)
     }
 
     /// The channel object of `channel_id` (a channel a message was injected in, or a thread), as `GET

@@ -317,7 +317,8 @@ async fn thread_from_message(
     else {
         return unknown_channel();
     };
-    match ctx.shared.create_thread(guild_id, parent_id, name, Some(message_id)) {
+    match ctx.shared.create_thread(guild_id, parent_id, name, Some(message_id), FakeDiscord::BOT_ID)
+    {
         Some(thread) => (StatusCode::CREATED, Json(thread)).into_response(),
         None => error(
             StatusCode::BAD_REQUEST,

@@ -224,6 +224,11 @@ impl Shared {
     /// Dispatches `msg` as MESSAGE_CREATE; (message id, seq).
     pub fn inject(&self, msg: &InboundMessage) -> (u64, u64) {
         let id = self.lock().next_id();
+        self.inject_as(msg, id)
+    }
+
+    /// Dispatches `msg` as MESSAGE_CREATE under message id `id`; (id, seq).
+    pub fn inject_as(&self, msg: &InboundMessage, id: u64) -> (u64, u64) {
         let channel_id = msg.channel_id.unwrap_or_else(|| FakeDiscord::dm_channel(msg.author_id));
         let author = json!({
             "id": msg.author_id.to_string(),
@@ -285,6 +290,7 @@ impl Shared {
         parent_id: u64,
         name: &str,
         from_message: Option<u64>,
+        owner_id: u64,
     ) -> Option<Value> {
         let thread = {
             let mut state = self.lock();
@@ -299,7 +305,7 @@ impl Shared {
                 "guild_id": guild_id.to_string(),
                 "parent_id": parent_id.to_string(),
                 "name": name,
-                "owner_id": FakeDiscord::BOT_ID.to_string(),
+                "owner_id": owner_id.to_string(),
                 "message_count": 0,
                 "member_count": 1,
                 "thread_metadata": {"archived": false, "auto_archive_duration": 1440, "archive_timestamp": timestamp(), "locked": false},
@@ -311,6 +317,31 @@ impl Shared {
         event["newly_created"] = json!(true);
         self.dispatch("THREAD_CREATE", event);
         Some(thread)
+    }
+}
+
+impl Shared {
+    /// A forum post: forum channel `forum_id` (type 15) in `guild_id` gets a thread named `name`
+    /// whose starter message, by `author_id`, is `content`; as on Discord the thread and its
+    /// starter message share one id. THREAD_CREATE then MESSAGE_CREATE; the id.
+    pub fn create_forum_post(
+        &self,
+        guild_id: u64,
+        forum_id: u64,
+        name: &str,
+        author_id: u64,
+        content: &str,
+    ) -> u64 {
+        let id = {
+            let mut state = self.lock();
+            state.channels.entry(forum_id).or_insert_with(|| {
+                json!({"id": forum_id.to_string(), "type": 15, "guild_id": guild_id.to_string(), "name": format!("forum-{forum_id}"), "position": 0, "permission_overwrites": [], "nsfw": false, "parent_id": null, "available_tags": []})
+            });
+            state.next_id()
+        };
+        self.create_thread(guild_id, forum_id, name, Some(id), author_id);
+        self.inject_as(&InboundMessage::channel(guild_id, id, author_id, content), id);
+        id
     }
 }
 

@@ -699,3 +699,22 @@ async fn presence_updates_are_accepted_and_unknown_ops_close_4001() {
         .unwrap();
     assert_eq!(app["id"], FakeDiscord::BOT_ID.to_string());
 }
+
+#[tokio::test]
+async fn a_forum_post_is_a_thread_whose_starter_message_shares_its_id() {
+    let fake = FakeDiscord::start().await;
+    let mut ws = connect(&fake).await;
+    identify(&mut ws).await;
+    let post = fake.create_forum_post(7, 9, "question", 43, "how do I?");
+    let thread = next(&mut ws).await;
+    assert_eq!(thread["t"], "THREAD_CREATE");
+    assert_eq!(
+        (thread["d"]["id"].as_str(), thread["d"]["parent_id"].as_str()),
+        (Some(post.to_string().as_str()), Some("9"))
+    );
+    let starter = next(&mut ws).await;
+    assert_eq!(starter["d"]["id"], post.to_string());
+    assert_eq!(starter["d"]["channel_id"], post.to_string());
+    assert_eq!(fake.channel(9).unwrap()["type"], 15);
+    assert_eq!(fake.channel(post).unwrap()["owner_id"], "43");
+}
