@@ -10,7 +10,9 @@
 //! - `POST /_fake/close {"code": 4014}`: closes every gateway connection with that code
 //! - `POST /_fake/reconnect` (op 7), `POST /_fake/invalid_session {"resumable": false}` (op 9)
 //! - `POST /_fake/send_fault {"kind": "too_many_requests", "retry_after": 1.5, "global": false}`
-//!   or `{"kind": "status", "status": 502}`: the next post gets it
+//!   or `{"kind": "status", "status": 502}`: the next post gets it; add `"route":
+//!   "list_messages"` (or `get_channel`, `typing`, `start_thread`, `put_commands`,
+//!   `interaction_callback`, `followup`) for another route
 //! - `POST /_fake/message_content {"denied": true}`: IDENTIFY with that intent closes 4014
 //! - `POST /_fake/drop` (gateway sockets dropped, no close frame)
 //! - `POST /_fake/commands` with a [`super::SlashCommand`] (`{"user_id": 1, "name": "new"}`) →
@@ -29,7 +31,7 @@ use serde_json::{Value, json};
 
 use super::FakeDiscord;
 use super::server::Ctx;
-use super::state::{Event, Identify, InboundMessage, SendFault, SentMessage};
+use super::state::{Event, Identify, InboundMessage, Route, SendFault, SentMessage};
 
 pub(crate) fn routes() -> Router<Ctx> {
     Router::new()
@@ -104,8 +106,17 @@ async fn invalid_session(State(ctx): State<Ctx>, Json(body): Json<InvalidSession
     Json(json!({"ok": true}))
 }
 
-async fn send_fault(State(ctx): State<Ctx>, Json(fault): Json<SendFault>) -> Json<Value> {
-    ctx.shared.lock().send_faults.push_back(fault);
+#[derive(Deserialize)]
+struct RouteFault {
+    /// Absent: the post (`create_message`).
+    route: Option<Route>,
+    #[serde(flatten)]
+    fault: SendFault,
+}
+
+async fn send_fault(State(ctx): State<Ctx>, Json(body): Json<RouteFault>) -> Json<Value> {
+    let route = body.route.unwrap_or(Route::CreateMessage);
+    ctx.shared.lock().faults.entry(route).or_default().push_back(body.fault);
     Json(json!({"ok": true}))
 }
 

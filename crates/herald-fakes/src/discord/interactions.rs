@@ -18,9 +18,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::FakeDiscord;
-use super::rest::{authorized, error, unauthorized};
+use super::rest::{authorized, error, take_fault, unauthorized};
 use super::server::Ctx;
-use super::state::Shared;
+use super::state::{Route, Shared};
 
 /// A slash command a user runs, to be dispatched as INTERACTION_CREATE.
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -129,6 +129,9 @@ async fn put_commands(
     if !authorized(&headers) {
         return unauthorized();
     }
+    if let Some(fault) = take_fault(&ctx, Route::PutCommands) {
+        return fault;
+    }
     if app != FakeDiscord::BOT_ID.to_string() {
         return error(StatusCode::FORBIDDEN, 50001, "Missing Access");
     }
@@ -154,6 +157,9 @@ async fn callback(
     Path((id, token)): Path<(String, String)>,
     body: Bytes,
 ) -> Response {
+    if let Some(fault) = take_fault(&ctx, Route::InteractionCallback) {
+        return fault;
+    }
     let Ok(body) = serde_json::from_slice::<Value>(&body) else {
         return error(StatusCode::BAD_REQUEST, 50109, "The request body contains invalid JSON.");
     };
@@ -202,6 +208,9 @@ fn record_followup(
     body: &Bytes,
     edits_original: bool,
 ) -> Response {
+    if let Some(fault) = take_fault(ctx, Route::Followup) {
+        return fault;
+    }
     let Ok(body) = serde_json::from_slice::<Value>(body) else {
         return error(StatusCode::BAD_REQUEST, 50109, "The request body contains invalid JSON.");
     };

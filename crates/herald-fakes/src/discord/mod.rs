@@ -5,7 +5,7 @@
 //!   /api/v10/gateway/bot`, `GET /api/v10/users/@me`, `POST /api/v10/channels/{id}/messages`
 //!   (`content` ≤ 2000 characters, else 400 code 50035; `allowed_mentions`,
 //!   `message_reference`, `nonce` + `enforce_nonce` recorded, and a repeated enforced nonce gets
-//!   the first message back; faults: 429 with `retry_after`, any 5xx), `GET
+//!   the first message back), `GET
 //!   /api/v10/channels/{id}/messages` (`before`, `after`, `limit`; newest first), `GET
 //!   /channels/{id}`, `POST /channels/{id}/typing`, `POST /channels/{id}/messages/{id}/threads`
 //!   (the thread takes the message's id; a second one is 400 code 160004). Anything but `/gateway` wants `Authorization: Bot TOKEN`, else 401.
@@ -15,6 +15,8 @@
 //!   [`FakeDiscord::deny_message_content`], any close code on [`FakeDiscord::close_with`], op 7
 //!   on [`FakeDiscord::reconnect`], op 9 on [`FakeDiscord::invalid_session`], an abrupt drop on
 //!   [`FakeDiscord::drop_connections`], down for a while with [`FakeDiscord::set_offline`].
+//! - REST faults ([`FakeDiscord::push_fault`]): 429 with `retry_after` (body and headers) or any
+//!   status, queued per [`Route`], each answering one call after the token check.
 //! - Control over HTTP under `/_fake/` ([`control`]).
 //!
 //! Messages can be injected in DMs, server channels, threads ([`FakeDiscord::create_thread`])
@@ -48,7 +50,7 @@ pub use interactions::{Followup, InteractionResponse, SlashCommand};
 pub use rest::MAX_CONTENT;
 use server::Ctx;
 use state::{Event, Shared};
-pub use state::{Identify, InboundMessage, SendFault, SentMessage};
+pub use state::{Identify, InboundMessage, Route, SendFault, SentMessage};
 
 /// A running fake Discord; clones share it, and it stops when the last is dropped.
 #[derive(Clone, Debug)]
@@ -252,7 +254,12 @@ impl FakeDiscord {
 
     /// Answers the next `POST /channels/{id}/messages` with `fault`, after those already queued.
     pub fn push_send_fault(&self, fault: SendFault) {
-        self.inner.shared.lock().send_faults.push_back(fault);
+        self.push_fault(Route::CreateMessage, fault);
+    }
+
+    /// Answers the next call of `route` with `fault`, after those already queued for it.
+    pub fn push_fault(&self, route: Route, fault: SendFault) {
+        self.inner.shared.lock().faults.entry(route).or_default().push_back(fault);
     }
 
     /// While denied, an IDENTIFY asking for the Message Content intent is closed with 4014, as

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use super::FakeDiscord;
 use super::server::Ctx;
-use super::state::{self, SendFault, SentMessage};
+use super::state::{self, Route, SendFault, SentMessage};
 
 /// The longest `content` Discord accepts, in characters.
 pub const MAX_CONTENT: usize = 2000;
@@ -81,9 +81,8 @@ async fn create_message(
     if !authorized(&headers) {
         return unauthorized();
     }
-    let fault = ctx.shared.lock().send_faults.pop_front();
-    if let Some(fault) = fault {
-        return fault_response(&fault);
+    if let Some(fault) = take_fault(&ctx, Route::CreateMessage) {
+        return fault;
     }
     let Ok(channel_id) = channel_id.parse::<u64>() else {
         return invalid_form("channel_id", "NUMBER_TYPE_COERCE", "Value is not snowflake.");
@@ -171,6 +170,12 @@ async fn create_message(
     Json(message).into_response()
 }
 
+/// The answer of the next fault queued for `route`, if any.
+pub(crate) fn take_fault(ctx: &Ctx, route: Route) -> Option<Response> {
+    let fault = ctx.shared.lock().faults.get_mut(&route).and_then(|queue| queue.pop_front());
+    fault.map(|fault| fault_response(&fault))
+}
+
 fn fault_response(fault: &SendFault) -> Response {
     match *fault {
         SendFault::TooManyRequests { retry_after, global } => {
@@ -221,6 +226,9 @@ async fn list_messages(
     if !authorized(&headers) {
         return unauthorized();
     }
+    if let Some(fault) = take_fault(&ctx, Route::ListMessages) {
+        return fault;
+    }
     let limit = query.limit.unwrap_or(50);
     if !(1..=100).contains(&limit) {
         return invalid_form("limit", "NUMBER_TYPE_MAX", "int value should be between 1 and 100.");
@@ -254,6 +262,9 @@ async fn get_channel(
     if !authorized(&headers) {
         return unauthorized();
     }
+    if let Some(fault) = take_fault(&ctx, Route::GetChannel) {
+        return fault;
+    }
     let channel =
         channel_id.parse::<u64>().ok().and_then(|id| ctx.shared.lock().channels.get(&id).cloned());
     match channel {
@@ -270,6 +281,9 @@ async fn typing(
 ) -> Response {
     if !authorized(&headers) {
         return unauthorized();
+    }
+    if let Some(fault) = take_fault(&ctx, Route::Typing) {
+        return fault;
     }
     let Ok(channel_id) = channel_id.parse::<u64>() else {
         return unknown_channel();
@@ -288,6 +302,9 @@ async fn thread_from_message(
 ) -> Response {
     if !authorized(&headers) {
         return unauthorized();
+    }
+    if let Some(fault) = take_fault(&ctx, Route::StartThread) {
+        return fault;
     }
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let Some(name) = body

@@ -140,7 +140,7 @@ pub(crate) struct State {
     /// Every message in every channel, injected or posted, oldest first.
     pub messages: Vec<Value>,
     /// Faults for the next posts, first first.
-    pub send_faults: VecDeque<SendFault>,
+    pub faults: HashMap<Route, VecDeque<SendFault>>,
     /// Whether the application may ask for the Message Content intent (else IDENTIFY with it
     /// closes 4014).
     pub message_content_denied: bool,
@@ -160,7 +160,29 @@ pub(crate) struct State {
     pub followups: Vec<super::Followup>,
 }
 
-/// A fault for the next `POST /channels/{id}/messages`, checked after the token.
+/// A REST route faults can be queued for.
+#[derive(Clone, Copy, Debug, Deserialize, Eq, Hash, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Route {
+    /// `POST /channels/{id}/messages`.
+    CreateMessage,
+    /// `GET /channels/{id}/messages`.
+    ListMessages,
+    /// `GET /channels/{id}`.
+    GetChannel,
+    /// `POST /channels/{id}/typing`.
+    Typing,
+    /// `POST /channels/{id}/messages/{id}/threads`.
+    StartThread,
+    /// `PUT /applications/{id}/commands`.
+    PutCommands,
+    /// `POST /interactions/{id}/{token}/callback`.
+    InteractionCallback,
+    /// `POST /webhooks/{app}/{token}` and `PATCH .../messages/@original`.
+    Followup,
+}
+
+/// A fault for the next call of a REST route, checked after the token.
 #[derive(Clone, Debug, Deserialize, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum SendFault {

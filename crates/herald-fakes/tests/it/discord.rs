@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
 use herald_fakes::FakeDiscord;
-use herald_fakes::discord::{InboundMessage, SendFault, SlashCommand};
+use herald_fakes::discord::{InboundMessage, Route, SendFault, SlashCommand};
 use serde_json::{Value, json};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
@@ -717,4 +717,42 @@ async fn a_forum_post_is_a_thread_whose_starter_message_shares_its_id() {
     assert_eq!(starter["d"]["channel_id"], post.to_string());
     assert_eq!(fake.channel(9).unwrap()["type"], 15);
     assert_eq!(fake.channel(post).unwrap()["owner_id"], "43");
+}
+
+#[tokio::test]
+async fn faults_can_be_queued_for_other_routes() {
+    let fake = FakeDiscord::start().await;
+    fake.push_fault(Route::ListMessages, SendFault::Status { status: 503 });
+    let fault = json!({"route": "typing", "kind": "too_many_requests", "retry_after": 0.5});
+    let queued = reqwest::Client::new()
+        .post(format!("{}/_fake/send_fault", fake.api_url()))
+        .json(&fault)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(queued.status(), 200);
+    let client = reqwest::Client::new();
+    let list = client
+        .get(rest(&fake, "/channels/8/messages"))
+        .header("authorization", bot_auth())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(list.status(), 503);
+    let typing = client
+        .post(rest(&fake, "/channels/8/typing"))
+        .header("authorization", bot_auth())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(typing.status(), 429);
+    // Each fault answers once; the post had none.
+    let list = client
+        .get(rest(&fake, "/channels/8/messages"))
+        .header("authorization", bot_auth())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(list.status(), 200);
+    assert_eq!(post(&fake, 8, &bot_auth(), json!({"content": "a"})).await.status(), 200);
 }
