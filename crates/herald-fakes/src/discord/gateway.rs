@@ -79,8 +79,13 @@ async fn connection(ctx: Ctx, mut socket: WebSocket) {
                         sent_up_to = Some(now);
                     }
                 }
-                // Lagged: the log has it all, the next dispatch sends what was missed.
-                Err(RecvError::Lagged(_)) => {}
+                // Lagged: the log has every dispatch missed, send them now.
+                Err(RecvError::Lagged(_)) => {
+                    if let Some(last) = sent_up_to {
+                        let Some(now) = replay(&ctx, &mut socket, last).await else { return };
+                        sent_up_to = Some(now);
+                    }
+                }
                 Err(RecvError::Closed) => return,
             },
             frame = socket.recv() => {
