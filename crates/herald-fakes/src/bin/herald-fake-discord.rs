@@ -25,9 +25,11 @@ herald_test_bot, id 100000000000000001), and
   POST /_fake/close     {\"code\":4014}   (closes every gateway connection with that code)
   POST /_fake/reconnect (op 7), /_fake/invalid_session {\"resumable\":false} (op 9)
   POST /_fake/send_fault {\"kind\":\"too_many_requests\",\"retry_after\":1.5,\"global\":false}
-                        or {\"kind\":\"status\",\"status\":502}   (the next post gets it)
+                        or {\"kind\":\"status\",\"status\":502}   (the next post gets it; add
+                        \"route\":\"list_messages\", typing, ... for another route)
   POST /_fake/message_content {\"denied\":true}   (IDENTIFY with that intent closes 4014)
   POST /_fake/drop   (gateway sockets dropped without a close frame)
+  POST /_fake/heartbeat {\"interval_ms\":500,\"withhold_acks\":true}   (either field optional)
   POST /_fake/commands  {\"user_id\":1,\"name\":\"new\"}   (optional: options, channel_id, guild_id)
                         -> {\"id\":\"...\",\"token\":\"...\"}   (an INTERACTION_CREATE)
   GET  /_fake/commands, /_fake/interaction_responses, /_fake/followups

@@ -15,6 +15,7 @@
 //!   `interaction_callback`, `followup`) for another route
 //! - `POST /_fake/message_content {"denied": true}`: IDENTIFY with that intent closes 4014
 //! - `POST /_fake/drop` (gateway sockets dropped, no close frame)
+//! - `POST /_fake/heartbeat {"interval_ms": 500, "withhold_acks": true}` (either field optional)
 //! - `POST /_fake/commands` with a [`super::SlashCommand`] (`{"user_id": 1, "name": "new"}`) →
 //!   `{"id": "…", "token": "…"}`; `GET /_fake/commands` (`{"commands": [...], "puts": N}`),
 //!   `GET /_fake/interaction_responses`, `GET /_fake/followups`
@@ -44,6 +45,7 @@ pub(crate) fn routes() -> Router<Ctx> {
         .route("/_fake/forum_posts", post(forum_post))
         .route("/_fake/reconnect", post(reconnect))
         .route("/_fake/drop", post(drop_connections))
+        .route("/_fake/heartbeat", post(heartbeat))
         .route("/_fake/commands", post(inject_command).get(commands))
         .route("/_fake/interaction_responses", get(interaction_responses))
         .route("/_fake/followups", get(followups))
@@ -196,4 +198,21 @@ async fn forum_post(State(ctx): State<Ctx>, Json(post): Json<ForumPost>) -> Json
         &post.content,
     );
     Json(json!({"id": id.to_string()}))
+}
+
+#[derive(Deserialize)]
+struct Heartbeat {
+    interval_ms: Option<u64>,
+    withhold_acks: Option<bool>,
+}
+
+async fn heartbeat(State(ctx): State<Ctx>, Json(body): Json<Heartbeat>) -> Json<Value> {
+    let mut state = ctx.shared.lock();
+    if let Some(ms) = body.interval_ms {
+        state.heartbeat_interval_ms = ms;
+    }
+    if let Some(withheld) = body.withhold_acks {
+        state.heartbeat_acks_withheld = withheld;
+    }
+    Json(json!({"ok": true}))
 }

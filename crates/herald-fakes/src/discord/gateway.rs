@@ -1,6 +1,6 @@
 //! The Gateway WebSocket at `/` (any query, like `?v=10&encoding=json`), JSON text frames:
 //! HELLO (op 10) on connect; IDENTIFY (op 2) → READY, or close 4004 for another token;
-//! HEARTBEAT (op 1) → HEARTBEAT_ACK (op 11); RESUME (op 6) → the dispatches after its `seq`,
+//! HEARTBEAT (op 1) → HEARTBEAT_ACK (op 11) unless withheld; RESUME (op 6) → the dispatches after its `seq`,
 //! then RESUMED, or INVALID_SESSION (op 9, `d: false`) for a session the fake never gave;
 //! ops 3, 4, 8 and 31 accepted and ignored; any other op closes 4001; dispatches (op 0) with
 //! increasing `s` once identified or resumed; a close code on
@@ -40,7 +40,16 @@ async fn connection(ctx: Ctx, mut socket: WebSocket) {
     let mut events = ctx.shared.events.subscribe();
     // An upgraded socket outlives its HTTP connection task: it watches for going down itself.
     let mut offline = ctx.shared.offline.subscribe();
-    if !send(&mut socket, &json!({"op": 10, "s": null, "t": null, "d": {"heartbeat_interval": HEARTBEAT_INTERVAL_MS}})).await {
+    let interval = match ctx.shared.lock().heartbeat_interval_ms {
+        0 => HEARTBEAT_INTERVAL_MS,
+        ms => ms,
+    };
+    if !send(
+        &mut socket,
+        &json!({"op": 10, "s": null, "t": null, "d": {"heartbeat_interval": interval}}),
+    )
+    .await
+    {
         return;
     }
     // The last seq this connection sent; `None` until identified or resumed.
@@ -100,7 +109,8 @@ async fn connection(ctx: Ctx, mut socket: WebSocket) {
                 };
                 match payload["op"].as_u64() {
                     Some(1) => {
-                        if !send(&mut socket, &json!({"op": 11, "s": null, "t": null, "d": null})).await {
+                        let withheld = ctx.shared.lock().heartbeat_acks_withheld;
+                        if !withheld && !send(&mut socket, &json!({"op": 11, "s": null, "t": null, "d": null})).await {
                             return;
                         }
                     }

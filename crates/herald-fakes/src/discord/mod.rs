@@ -227,6 +227,18 @@ impl FakeDiscord {
         self.inner.shared.lock().followups.clone()
     }
 
+    /// The `heartbeat_interval` of the next HELLOs, in milliseconds (Discord's is 41250), so a
+    /// test of heartbeat watching need not wait 41 seconds.
+    pub fn set_heartbeat_interval(&self, ms: u64) {
+        self.inner.shared.lock().heartbeat_interval_ms = ms;
+    }
+
+    /// While withheld, heartbeats get no HEARTBEAT_ACK: the connection looks alive but is deaf,
+    /// as a zombied one does; the client should reconnect.
+    pub fn withhold_heartbeat_acks(&self, withheld: bool) {
+        self.inner.shared.lock().heartbeat_acks_withheld = withheld;
+    }
+
     /// Drops every open gateway connection without a close frame, as a network failure would.
     pub fn drop_connections(&self) {
         let _ = self.inner.shared.events.send(Event::Abort);

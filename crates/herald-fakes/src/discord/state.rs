@@ -146,6 +146,10 @@ pub(crate) struct State {
     pub message_content_denied: bool,
     /// Channels by id: those messages were injected in (text or DM) and threads.
     pub channels: HashMap<u64, Value>,
+    /// The HELLO's `heartbeat_interval` in ms; 0 is Discord's 41250.
+    pub heartbeat_interval_ms: u64,
+    /// While true, heartbeats get no HEARTBEAT_ACK (a zombied connection).
+    pub heartbeat_acks_withheld: bool,
     /// Every `POST /channels/{id}/typing`, by channel id.
     pub typing: Vec<u64>,
     /// The global application commands, as last put.

@@ -756,3 +756,20 @@ async fn faults_can_be_queued_for_other_routes() {
     assert_eq!(list.status(), 200);
     assert_eq!(post(&fake, 8, &bot_auth(), json!({"content": "a"})).await.status(), 200);
 }
+
+#[tokio::test]
+async fn the_heartbeat_interval_is_set_and_acks_can_be_withheld() {
+    let fake = FakeDiscord::start().await;
+    fake.set_heartbeat_interval(250);
+    let mut ws = connect(&fake).await;
+    assert_eq!(next(&mut ws).await["d"]["heartbeat_interval"], 250);
+    fake.withhold_heartbeat_acks(true);
+    send(&mut ws, json!({"op": 1, "d": null})).await;
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), ws.next()).await.is_err(),
+        "an ACK came"
+    );
+    fake.withhold_heartbeat_acks(false);
+    send(&mut ws, json!({"op": 1, "d": null})).await;
+    assert_eq!(next(&mut ws).await["op"], 11);
+}
