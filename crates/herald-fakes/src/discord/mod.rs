@@ -1,33 +1,37 @@
 //! The fake Discord: REST v10 and the Gateway WebSocket on one loopback port, written from
-//! Discord's documented protocol, for herald's Discord adapter and for offline trials.
+//! Discord's documented protocol, for herald's Discord adapter (serenity with
+//! `HttpBuilder::proxy(api_url)` and the rate limiter off) and for offline trials.
 //!
-//! - REST ([`rest`]): `GET /api/v10/gateway` (the gateway URL, `ws://127.0.0.1:PORT`), `GET
-//!   /api/v10/gateway/bot`, `GET /api/v10/users/@me`, `POST /api/v10/channels/{id}/messages`
-//!   (`content` ≤ 2000 characters, else 400 code 50035; `allowed_mentions`,
-//!   `message_reference`, `nonce` + `enforce_nonce` recorded, and a repeated enforced nonce gets
-//!   the first message back), `GET
-//!   /api/v10/channels/{id}/messages` (`before`, `after`, `limit`; newest first), `GET
-//!   /channels/{id}`, `POST /channels/{id}/typing`, `POST /channels/{id}/messages/{id}/threads`
-//!   (the thread takes the message's id; a second one is 400 code 160004). Anything but `/gateway` wants `Authorization: Bot TOKEN`, else 401.
-//! - Gateway ([`gateway`]) at `/`: HELLO, IDENTIFY → READY (the intents recorded), heartbeats
-//!   ACKed, MESSAGE_CREATE dispatches with increasing `s`, RESUME → replay then RESUMED, close
-//!   4004 for a bad token, 4014 for the Message Content intent while
-//!   [`FakeDiscord::deny_message_content`], any close code on [`FakeDiscord::close_with`], op 7
-//!   on [`FakeDiscord::reconnect`], op 9 on [`FakeDiscord::invalid_session`], an abrupt drop on
-//!   [`FakeDiscord::drop_connections`], down for a while with [`FakeDiscord::set_offline`].
-//! - REST faults ([`FakeDiscord::push_fault`]): 429 with `retry_after` (body and headers) or any
-//!   status, queued per [`Route`], each answering one call after the token check.
-//! - Control over HTTP under `/_fake/` ([`control`]).
+//! - REST under `/api/v10`: `GET /gateway` (`{"url": "ws://127.0.0.1:PORT"}`), `GET
+//!   /gateway/bot`, `GET /users/@me`, `GET /applications/@me`, `GET /channels/{id}`, `GET
+//!   /channels/{id}/messages` (`before`, `after`, `limit` 1 to 100; newest first), `POST
+//!   /channels/{id}/messages` (`content` of at most 2000 characters, else 400 code 50035; an
+//!   empty message 400 code 50006; `allowed_mentions`, `message_reference`, `nonce` and
+//!   `enforce_nonce` recorded, a repeated enforced nonce gets the first message back), `POST
+//!   /channels/{id}/typing`, `POST /channels/{id}/messages/{id}/threads` (the thread takes the
+//!   message's id; a second one is 400 code 160004), `GET`/`PUT /applications/{id}/commands`,
+//!   `POST /interactions/{id}/{token}/callback` (once; then 400 code 40060), `POST
+//!   /webhooks/{app}/{token}` and `PATCH .../messages/@original`. Everything but `/gateway`,
+//!   the interaction callback and the webhooks wants `Authorization: Bot TOKEN`, else 401.
+//! - Gateway at `/` (JSON text frames): HELLO, IDENTIFY → READY (the intents recorded; 4004 for
+//!   another token), heartbeats ACKed, dispatches (MESSAGE_CREATE, THREAD_CREATE,
+//!   INTERACTION_CREATE, the bot's own posts too) with increasing `s`, RESUME → the dispatches
+//!   after its `seq` then RESUMED (op 9 for a session the fake does not know).
+//! - Faults: [`FakeDiscord::close_with`] (any close code), [`FakeDiscord::reconnect`] (op 7),
+//!   [`FakeDiscord::invalid_session`] (op 9), [`FakeDiscord::drop_connections`] (no close
+//!   frame), [`FakeDiscord::set_offline`] (down for a while), [`FakeDiscord::deny_message_content`]
+//!   (4014), [`FakeDiscord::withhold_heartbeat_acks`], and [`FakeDiscord::push_fault`] (429 with
+//!   `retry_after` in body and headers, or any status, per [`Route`]).
+//! - Messages are injected in DMs, server channels, threads ([`FakeDiscord::create_thread`]) and
+//!   forum posts ([`FakeDiscord::create_forum_post`]), mentioning the bot, replying to a
+//!   message, or from a bot; slash commands with [`FakeDiscord::inject_command`].
+//! - The same controls over HTTP under `/_fake/` (for the `herald-fake-discord` binary):
+//!   `messages`, `threads`, `forum_posts`, `commands`, `sent`, `identifies`, `typing`,
+//!   `interaction_responses`, `followups`, `close`, `reconnect`, `invalid_session`, `drop`,
+//!   `send_fault`, `message_content`, `heartbeat` (see the binary's `--help`).
 //!
-//! Messages can be injected in DMs, server channels, threads ([`FakeDiscord::create_thread`])
-//! and forum posts ([`FakeDiscord::create_forum_post`]),
-//! mentioning the bot, replying to a message, or from a bot.
-//!
-//! Application commands and interactions ([`interactions`]): the global command set, slash
-//! commands injected as INTERACTION_CREATE ([`FakeDiscord::inject_command`]), callbacks recorded.
-//!
-//! Not yet: message
-//! edits and deletes, 429 and 5xx on routes other than the post.
+//! Not yet: message edits and deletes, reactions, guild and member lookups, GUILD_CREATE
+//! dispatches after READY, attachments.
 
 mod control;
 mod gateway;
