@@ -1,7 +1,8 @@
 //! REST v10 under `/api/v10`: `GET /gateway`, `GET /gateway/bot`, `GET /users/@me` and `POST
 //! /channels/{id}/messages`. Every route but `/gateway` wants `Authorization: Bot TOKEN`
 //! (401 otherwise); a post is checked as Discord checks it (400 code 50035 for content over
-//! 2000 characters, 50006 for an empty message).
+//! 2000 characters or a reply to an unknown message without `fail_if_not_exists: false`, 50006
+//! for an empty message).
 
 use axum::Json;
 use axum::Router;
@@ -130,6 +131,23 @@ async fn create_message(
     let allowed_mentions = body.get("allowed_mentions").filter(|v| !v.is_null()).cloned();
     let id = {
         let mut state = ctx.shared.lock();
+        // A reply to a message Discord does not know fails unless `fail_if_not_exists` is false.
+        if let Some(reference) = &message_reference {
+            let target = reference["message_id"]
+                .as_str()
+                .map(str::to_owned)
+                .or_else(|| reference["message_id"].as_u64().map(|id| id.to_string()));
+            let known = target.as_deref().is_some_and(|target| {
+                state.messages.iter().any(|m| m["id"].as_str() == Some(target))
+            });
+            if !known && reference["fail_if_not_exists"].as_bool() != Some(false) {
+                return invalid_form(
+                    "message_reference",
+                    "MESSAGE_REFERENCE_UNKNOWN_MESSAGE",
+                    "Unknown message",
+                );
+            }
+        }
         // With `enforce_nonce`, a second post with the same nonce in the channel gets the first
         // message back instead of a new one.
         let earlier = state

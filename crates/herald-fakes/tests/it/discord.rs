@@ -773,3 +773,24 @@ async fn the_heartbeat_interval_is_set_and_acks_can_be_withheld() {
     send(&mut ws, json!({"op": 1, "d": null})).await;
     assert_eq!(next(&mut ws).await["op"], 11);
 }
+
+#[tokio::test]
+async fn a_reply_to_an_unknown_message_is_refused_unless_told_not_to_fail() {
+    let fake = FakeDiscord::start().await;
+    let (known, _) = fake.inject_message(InboundMessage::channel(7, 8, 43, "question"));
+    let reply = |id: String, fail: Option<bool>| {
+        let mut reference = json!({"message_id": id});
+        if let Some(fail) = fail {
+            reference["fail_if_not_exists"] = json!(fail);
+        }
+        json!({"content": "answer", "message_reference": reference, "allowed_mentions": {"parse": []}})
+    };
+    assert_eq!(post(&fake, 8, &bot_auth(), reply(known.to_string(), None)).await.status(), 200);
+    let unknown = post(&fake, 8, &bot_auth(), reply("1".into(), None)).await;
+    assert_eq!(unknown.status(), 400);
+    let body: Value = unknown.json().await.unwrap();
+    assert_eq!(body["code"], 50035);
+    assert!(body["errors"]["message_reference"].is_object(), "{body}");
+    assert_eq!(post(&fake, 8, &bot_auth(), reply("1".into(), Some(false))).await.status(), 200);
+    assert_eq!(fake.sent().len(), 2);
+}
