@@ -129,6 +129,30 @@ async fn create_message(
     let enforce_nonce = body.get("enforce_nonce").and_then(Value::as_bool).unwrap_or(false);
     let message_reference = body.get("message_reference").filter(|v| !v.is_null()).cloned();
     let allowed_mentions = body.get("allowed_mentions").filter(|v| !v.is_null()).cloned();
+    if let Some(allowed) = &allowed_mentions {
+        let parse: Vec<&str> = allowed["parse"]
+            .as_array()
+            .map(|p| p.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        if parse.iter().any(|kind| !["roles", "users", "everyone"].contains(kind)) {
+            return invalid_form(
+                "allowed_mentions",
+                "BASE_TYPE_CHOICES",
+                "Value must be one of {'roles', 'users', 'everyone'}.",
+            );
+        }
+        // Discord refuses a type both parsed and listed.
+        for kind in ["users", "roles"] {
+            if parse.contains(&kind) && allowed[kind].as_array().is_some_and(|ids| !ids.is_empty())
+            {
+                return invalid_form(
+                    "allowed_mentions",
+                    "MESSAGE_ALLOWED_MENTIONS_PARSE_EXCLUSIVE",
+                    "parse and the list of ids are mutually exclusive.",
+                );
+            }
+        }
+    }
     let id = {
         let mut state = ctx.shared.lock();
         // A reply to a message Discord does not know fails unless `fail_if_not_exists` is false.

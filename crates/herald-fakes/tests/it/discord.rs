@@ -794,3 +794,24 @@ async fn a_reply_to_an_unknown_message_is_refused_unless_told_not_to_fail() {
     assert_eq!(post(&fake, 8, &bot_auth(), reply("1".into(), Some(false))).await.status(), 200);
     assert_eq!(fake.sent().len(), 2);
 }
+
+#[tokio::test]
+async fn allowed_mentions_are_checked() {
+    let fake = FakeDiscord::start().await;
+    let with = |allowed: Value| json!({"content": "hi @everyone", "allowed_mentions": allowed});
+    assert_eq!(post(&fake, 8, &bot_auth(), with(json!({"parse": []}))).await.status(), 200);
+    assert_eq!(
+        post(&fake, 8, &bot_auth(), with(json!({"parse": ["users"], "users": ["1"]})))
+            .await
+            .status(),
+        400
+    );
+    assert_eq!(post(&fake, 8, &bot_auth(), with(json!({"parse": ["nobody"]}))).await.status(), 400);
+    assert_eq!(
+        post(&fake, 8, &bot_auth(), with(json!({"parse": ["users"], "replied_user": false})))
+            .await
+            .status(),
+        200
+    );
+    assert_eq!(fake.sent().len(), 2);
+}
