@@ -39,6 +39,7 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let stop = stopped();
     let mut stdout = std::io::stdout().lock();
     if writeln!(stdout, "fake model listening on {}", fake.base_url())
         .and_then(|()| stdout.flush())
@@ -48,7 +49,7 @@ async fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     drop(stdout);
-    stopped().await;
+    stop.await;
     fake.shutdown().await;
     ExitCode::SUCCESS
 }
@@ -74,21 +75,23 @@ fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Option<SocketAdd
         .map_err(|_| format!("--listen wants IP:PORT, like 127.0.0.1:8089, not {listen:?}"))
 }
 
-/// Resolves on SIGINT or SIGTERM.
-async fn stopped() {
+/// Installs the SIGTERM handler now, so that a SIGTERM sent as soon as the URL is read is not
+/// lost, and resolves on SIGINT or SIGTERM.
+fn stopped() -> impl std::future::Future<Output = ()> {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{SignalKind, signal};
-        if let Ok(mut terminate) = signal(SignalKind::terminate()) {
+    let terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    async move {
+        #[cfg(unix)]
+        if let Some(mut terminate) = terminate {
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => {}
                 _ = terminate.recv() => {}
             }
             return;
         }
+        // Without a SIGTERM handler, SIGINT alone; if even that fails, stop rather than hang.
+        let _ = tokio::signal::ctrl_c().await;
     }
-    // Without a SIGTERM handler, SIGINT alone; if even that fails, stop rather than hang.
-    let _ = tokio::signal::ctrl_c().await;
 }
 
 #[cfg(test)]
