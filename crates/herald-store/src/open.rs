@@ -11,6 +11,7 @@ use tracing::{debug, warn};
 
 use crate::checkpoint::Checkpointer;
 use crate::error::StoreError;
+use crate::error::is_lock_error;
 use crate::group::WriteQueue;
 use crate::health::WriteHealth;
 use crate::history::HistoryCache;
@@ -125,9 +126,23 @@ impl Store {
         // A migration may take seconds on a large store: sqlx would log its whole text as a slow
         // statement; `migrate` says what it does.
         let migrating = connect.clone().disable_statement_logging();
-        let mut conn =
-            SqliteConnection::connect_with(&migrating).await.map_err(|e| fail(e.to_string()))?;
-        let wal = ensure_wal(&mut conn, &path).await.map_err(|e| fail(e.to_string()))?;
+        // Processes opening a new file at once race for the switch to WAL, which takes the
+        // file to itself: the losers wait their turn within the write patience.
+        let started = std::time::Instant::now();
+        let (mut conn, wal) = loop {
+            let attempt = async {
+                let mut conn = SqliteConnection::connect_with(&migrating).await?;
+                let wal = ensure_wal(&mut conn, &path).await?;
+                Ok::<_, sqlx::Error>((conn, wal))
+            };
+            match attempt.await {
+                Ok(opened) => break opened,
+                Err(e) if is_lock_error(&e) && started.elapsed() < options.write_patience => {
+                    tokio::time::sleep(Duration::from_millis(rand::random_range(20..=150))).await;
+                }
+                Err(e) => return Err(fail(e.to_string())),
+            }
+        };
         crate::migrate::migrate(&mut conn, &path).await?;
         conn.close().await.map_err(|e| fail(e.to_string()))?;
 
