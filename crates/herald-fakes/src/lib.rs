@@ -9,6 +9,7 @@
 
 pub mod discord;
 mod model;
+pub mod program;
 pub mod telegram;
 
 pub use discord::FakeDiscord;
