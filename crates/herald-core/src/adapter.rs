@@ -7,6 +7,7 @@
 //! rejects the markup. So core names no platform's markup and the gateway never measures a
 //! reply: [`Capabilities`] holds only what the gateway itself acts on.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::time::Duration;
 
@@ -15,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Platform;
 use crate::message::{Inbound, Outbound};
+use crate::reply::ReplyStyle;
 
 /// How a platform measures a message's length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +44,9 @@ pub struct Capabilities {
     pub typing: bool,
     /// How long a typing indicator lasts before it must be sent again.
     pub typing_lasts: Duration,
+    /// How answers in group chats are placed, which decides their sessions' keys
+    /// ([`crate::Placement`]).
+    pub reply_style: ReplyStyle,
 }
 
 /// What an adapter reports to the gateway.
@@ -73,6 +78,14 @@ pub enum AdapterEvent {
         /// The position in that channel.
         cursor: String,
     },
+    /// A value the adapter keeps across restarts (Discord: the hash of the registered command
+    /// set), handed back in [`AdapterContext::kept`]. Persisted like a cursor.
+    Keep {
+        /// The value's name, unique within the platform.
+        name: String,
+        /// The value.
+        value: String,
+    },
 }
 
 /// What the gateway gives an adapter to run with.
@@ -85,6 +98,11 @@ pub struct AdapterContext {
     pub outbound: mpsc::Receiver<Outbound>,
     /// The last persisted cursor, if any.
     pub cursor: Option<String>,
+    /// The last persisted position of every channel that has one
+    /// ([`AdapterEvent::ChannelCursor`]), by channel id.
+    pub channel_cursors: BTreeMap<String, String>,
+    /// The values kept with [`AdapterEvent::Keep`], by name.
+    pub kept: BTreeMap<String, String>,
 }
 
 /// Why an adapter stopped for good.

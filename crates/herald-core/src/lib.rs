@@ -11,6 +11,7 @@ mod message;
 mod platform;
 mod reply;
 mod role;
+mod slash;
 
 pub use adapter::{Adapter, AdapterContext, AdapterError, AdapterEvent, Capabilities, LengthUnit};
 pub use chat::{ChatKind, ChatRef, SessionKey, UserRef};
@@ -19,3 +20,4 @@ pub use message::{Ack, Inbound, Outbound, SendError, SentId, backoff};
 pub use platform::{ParsePlatformError, Platform};
 pub use reply::{Placement, ReplyStyle};
 pub use role::{ParseRoleError, Role};
+pub use slash::{SLASH_COMMANDS, SlashCommand};

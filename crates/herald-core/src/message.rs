@@ -84,6 +84,12 @@ pub enum Outbound {
         text: String,
         /// Reply to this platform message id, if the platform supports replies.
         reply_to: Option<String>,
+        /// The inbound message this answers, when the platform answers some in place of a
+        /// message (a Discord slash command's interaction).
+        answers: Option<String>,
+        /// The same for every try of this reply, across restarts: a platform that deduplicates
+        /// sends (Discord's `nonce`) uses it so a resend after a crash is not posted twice.
+        key: Option<String>,
         /// Resolved when the platform accepted every part, or when sending failed for good.
         done: Option<oneshot::Sender<Result<Vec<SentId>, SendError>>>,
     },

@@ -87,4 +87,13 @@ mod tests {
         check("", None);
         check("/", None);
     }
+
+    #[test]
+    fn every_listed_command_is_parsed_and_in_the_help() {
+        for listed in herald_core::SLASH_COMMANDS {
+            let typed = format!("/{} x", listed.name);
+            assert!(Command::parse(&typed).is_some(), "{typed}");
+            assert!(HELP.contains(&format!("/{}", listed.name)), "{}", listed.name);
+        }
+    }
 }

@@ -99,7 +99,7 @@ impl<P: Provider + 'static> Gateway<P> {
     /// is reported and the others keep running.
     pub async fn add_adapter<A: Adapter>(&mut self, adapter: A) -> Result<(), StoreError> {
         let platform = adapter.platform();
-        let cursor = cursors::saved(&self.store, &CursorKey::platform(platform)).await?;
+        let saved = cursors::load(&self.store, platform).await?;
         let (outbound, outbound_rx) = mpsc::channel(OUTBOUND_QUEUE);
         let (events, ends) = PlatformEvents::new(platform);
         self.events.push(events);
@@ -107,7 +107,13 @@ impl<P: Provider + 'static> Gateway<P> {
         self.links.insert(platform, link);
         self.states.set(platform, PlatformState::Starting);
         self.metrics.add_platform(platform);
-        let context = AdapterContext { events: ends.events, outbound: outbound_rx, cursor };
+        let context = AdapterContext {
+            events: ends.events,
+            outbound: outbound_rx,
+            cursor: saved.cursor,
+            channel_cursors: saved.channels,
+            kept: saved.kept,
+        };
         let stop = self.stop_adapters.clone();
         self.adapters.spawn(async move {
             let result = adapter.run(context, stop).await;
@@ -241,14 +247,12 @@ async fn keep_cursors(
 ) -> bool {
     let deadline = tokio::time::sleep(limit);
     tokio::pin!(done, deadline);
-    let keep = |(platform, event): (Platform, Event)| match event {
-        Event::Adapter(AdapterEvent::Cursor(cursor)) => {
-            cursors.save(CursorKey::platform(platform), &cursor);
+    let keep = |(platform, event): (Platform, Event)| {
+        if let Event::Adapter(event) = &event
+            && let Some((key, value)) = CursorKey::of_event(platform, event)
+        {
+            cursors.save(key, value);
         }
-        Event::Adapter(AdapterEvent::ChannelCursor { channel, cursor }) => {
-            cursors.save(CursorKey::channel(platform, channel), &cursor);
-        }
-        _ => {}
     };
     loop {
         tokio::select! {

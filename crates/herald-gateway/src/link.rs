@@ -18,14 +18,17 @@ pub(crate) struct Link {
 
 impl Link {
     /// Sends a reply and waits until the platform accepted it (or the adapter gave up).
-    pub(crate) async fn send(
-        &self,
-        chat: &ChatRef,
-        text: String,
-        reply_to: Option<String>,
-    ) -> Result<Vec<SentId>, SendError> {
+    pub(crate) async fn send(&self, reply: Reply<'_>) -> Result<Vec<SentId>, SendError> {
         let (done, result) = oneshot::channel();
-        let request = Outbound::Send { chat: chat.clone(), text, reply_to, done: Some(done) };
+        let chat = reply.chat;
+        let request = Outbound::Send {
+            chat: chat.clone(),
+            text: reply.text,
+            reply_to: reply.reply_to,
+            answers: reply.answers,
+            key: reply.key,
+            done: Some(done),
+        };
         self.outbound.send(request).await.map_err(|_| SendError::Stopped)?;
         let sent = result.await.unwrap_or(Err(SendError::Stopped));
         if sent.is_ok() {
@@ -37,7 +40,14 @@ impl Link {
     /// Sends a reply without waiting for it (pairing notices, command answers); it counts as
     /// sent once queued.
     pub(crate) async fn notify(&self, chat: &ChatRef, text: String) {
-        let request = Outbound::Send { chat: chat.clone(), text, reply_to: None, done: None };
+        let request = Outbound::Send {
+            chat: chat.clone(),
+            text,
+            reply_to: None,
+            answers: None,
+            key: None,
+            done: None,
+        };
         if self.outbound.send(request).await.is_ok() {
             self.metrics.sent(chat.platform);
         }
@@ -49,6 +59,16 @@ impl Link {
             let _ = self.outbound.try_send(Outbound::Typing { chat: chat.clone() });
         }
     }
+}
+
+/// One reply for [`Link::send`]; see [`Outbound::Send`] for the fields.
+#[derive(Debug)]
+pub(crate) struct Reply<'a> {
+    pub(crate) chat: &'a ChatRef,
+    pub(crate) text: String,
+    pub(crate) reply_to: Option<String>,
+    pub(crate) answers: Option<String>,
+    pub(crate) key: Option<String>,
 }
 
 /// How a platform is doing, for logs, `/healthz` and the service status line.

@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
 
-use crate::link::Link;
+use crate::link::{Link, Reply};
 
 /// Replies sent again that may be in flight at once on one platform.
 const RESENDS_IN_FLIGHT: usize = 3;
@@ -50,6 +50,8 @@ pub(crate) struct Parcel {
     pub(crate) outbox: Option<i64>,
     pub(crate) chat: ChatRef,
     pub(crate) reply_to: Option<String>,
+    /// The inbound message it answers in place, if any (see [`herald_core::Outbound::Send`]).
+    pub(crate) answers: Option<String>,
     pub(crate) text: String,
     /// When it was stored (milliseconds since the epoch).
     pub(crate) stored_at: i64,
@@ -61,7 +63,21 @@ impl Parcel {
     /// A line that is not stored (a command's answer, a failure notice): it keeps its place
     /// among the chat's replies, and is lost with the process.
     pub(crate) fn unstored(chat: ChatRef, reply_to: Option<String>, text: String) -> Parcel {
-        Parcel { outbox: None, chat, reply_to, text, stored_at: now_ms(), again: false }
+        Parcel {
+            outbox: None,
+            chat,
+            reply_to,
+            answers: None,
+            text,
+            stored_at: now_ms(),
+            again: false,
+        }
+    }
+
+    /// The same line, answering the inbound message `answers` in place where the platform
+    /// can (a slash command's interaction).
+    pub(crate) fn answering(self, answers: Option<String>) -> Parcel {
+        Parcel { answers, ..self }
     }
 
     /// A reply left in the outbox by an earlier run.
@@ -70,6 +86,7 @@ impl Parcel {
             outbox: Some(reply.message_id),
             chat: reply.delivery.chat,
             reply_to: reply.delivery.reply_to,
+            answers: None,
             text: reply.delivery.text,
             stored_at: reply.created_at,
             again: true,
@@ -281,7 +298,15 @@ impl Outbox {
             () = self.stop.cancelled() => return Tried::Stopped,
         };
         debug!(chat = %parcel.chat.id, reply = %parcel.text, "sending reply");
-        match link.send(&parcel.chat, parcel.text.clone(), parcel.reply_to.clone()).await {
+        let reply = Reply {
+            chat: &parcel.chat,
+            text: parcel.text.clone(),
+            reply_to: parcel.reply_to.clone(),
+            answers: parcel.answers.clone(),
+            // The outbox entry names the reply across restarts, so every try has the same key.
+            key: parcel.outbox.map(|id| id.to_string()),
+        };
+        match link.send(reply).await {
             Ok(_) => {
                 if tries > 1 {
                     info!(%platform, chat = %parcel.chat.id, tries, "a reply that had failed was delivered");

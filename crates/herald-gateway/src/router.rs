@@ -5,7 +5,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use herald_agent::Provider;
-use herald_core::{AdapterEvent, ChatKind, ChatRef, Inbound, Platform, SessionKey, UserRef};
+use herald_core::{
+    AdapterEvent, ChatKind, ChatRef, Inbound, Placement, Platform, SessionKey, UserRef,
+};
 use herald_store::Session;
 use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
@@ -112,11 +114,14 @@ impl<P: Provider + 'static> Router<P> {
     pub(crate) async fn on_event(&mut self, platform: Platform, event: Event) {
         match event {
             Event::Adapter(AdapterEvent::Inbound(inbound)) => self.on_inbound(inbound).await,
-            Event::Adapter(AdapterEvent::Cursor(cursor)) => {
-                self.cursors.save(CursorKey::platform(platform), &cursor);
-            }
-            Event::Adapter(AdapterEvent::ChannelCursor { channel, cursor }) => {
-                self.cursors.save(CursorKey::channel(platform, channel), &cursor);
+            Event::Adapter(
+                event @ (AdapterEvent::Cursor(_)
+                | AdapterEvent::ChannelCursor { .. }
+                | AdapterEvent::Keep { .. }),
+            ) => {
+                if let Some((key, value)) = CursorKey::of_event(platform, &event) {
+                    self.cursors.save(key, value);
+                }
             }
             Event::Adapter(AdapterEvent::Connected { bot }) => {
                 info!(%platform, %bot, "platform connected");
@@ -151,6 +156,15 @@ impl<P: Provider + 'static> Router<P> {
             }
             Verdict::Pair => self.on_unknown(inbound).await,
             Verdict::Allowed(allowed) => {
+                let mut inbound = inbound;
+                // A command is answered where it was written; a message the platform answers
+                // in a thread on it moves there now, so its session is the thread's from the
+                // first answer on (see herald_core::reply).
+                if Command::parse(&inbound.text).is_none() {
+                    let style = self.shared.reply_style(platform);
+                    let placement = Placement::of(&inbound.chat, &inbound.id, style);
+                    inbound.chat = placement.follow_ups(&inbound.chat);
+                }
                 let key = SessionKey::for_chat(
                     &inbound.chat,
                     &inbound.user,

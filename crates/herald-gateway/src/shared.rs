@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use herald_agent::ToolRegistry;
-use herald_core::Platform;
+use herald_core::{Platform, ReplyStyle};
 use herald_store::Store;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
@@ -34,4 +34,11 @@ pub(crate) struct Shared<P> {
     pub(crate) stop_turns: CancellationToken,
     /// What `/metrics` reports.
     pub(crate) metrics: Metrics,
+}
+
+impl<P> Shared<P> {
+    /// How `platform` places its answers in group chats (quoting, unless it says otherwise).
+    pub(crate) fn reply_style(&self, platform: Platform) -> ReplyStyle {
+        self.links.get(&platform).map_or(ReplyStyle::Quote, |link| link.caps.reply_style)
+    }
 }

@@ -73,6 +73,7 @@ pub(crate) async fn run<P: Provider>(shared: Arc<Shared<P>>, job: TurnJob) -> Tu
                     outbox,
                     chat: job.chat.clone(),
                     reply_to: job.reply_to.clone(),
+                    answers: None,
                     text: reply,
                     stored_at: now_ms(),
                     again: false,

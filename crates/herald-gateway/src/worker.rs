@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use herald_agent::Provider;
-use herald_core::{ChatRef, Inbound, SessionKey, UserRef};
+use herald_core::{ChatRef, Inbound, Placement, SessionKey, UserRef};
 use herald_store::{Appended, NewMessage, QueuedInbound};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -41,8 +41,8 @@ pub(crate) struct Idle {
 enum Pending {
     /// A stored, queued message (its `inbound_queue` position).
     Message { seq: i64, reply_to: Option<String> },
-    /// A command that changes the session.
-    Command(Command, Allowed),
+    /// A command that changes the session, and the inbound id it answers.
+    Command(Command, Allowed, Option<String>),
     /// Answer the session's unanswered last message.
     Resume,
 }
@@ -158,7 +158,12 @@ impl<P: Provider + 'static> Worker<P> {
     /// ack makes the platform deliver it again.
     async fn on_message(&mut self, inbound: Inbound, busy: bool) -> Option<JoinHandle<TurnEnd>> {
         let Inbound { id, chat, user, text, ack, .. } = inbound;
-        let reply_to = (chat.kind == herald_core::ChatKind::Group).then(|| id.clone());
+        // The router already moved a message that opens a thread into it: what is left is
+        // whether to quote the message.
+        let reply_to = match Placement::of(&chat, &id, self.shared.reply_style(chat.platform)) {
+            Placement::Quote(message) => Some(message),
+            Placement::Plain | Placement::Thread(_) => None,
+        };
         let session = match self.session().await {
             Ok(session) => session,
             Err(e) => {
@@ -225,10 +230,10 @@ impl<P: Provider + 'static> Worker<P> {
             }
         }
         if busy && command.waits_for_turn() {
-            self.queue.push_back(Pending::Command(command, allowed));
+            self.queue.push_back(Pending::Command(command, allowed, Some(inbound.id)));
             return None;
         }
-        self.run_command(command, allowed, busy).await
+        self.run_command(command, allowed, busy, Some(inbound.id)).await
     }
 
     /// Starts what waits: the next message (in interrupt mode, every waiting message at
@@ -256,8 +261,9 @@ impl<P: Provider + 'static> Worker<P> {
                         return Some(self.spawn_turn(Vec::new(), None));
                     }
                 }
-                Pending::Command(command, allowed) => {
-                    if let Some(started) = self.run_command(command, allowed, false).await {
+                Pending::Command(command, allowed, answers) => {
+                    if let Some(started) = self.run_command(command, allowed, false, answers).await
+                    {
                         return Some(started);
                     }
                 }
@@ -270,10 +276,10 @@ impl<P: Provider + 'static> Worker<P> {
     async fn finish_commands(&mut self) {
         while let Some(pending) = self.queue.pop_front() {
             // /retry and /compress call the model: not during the drain.
-            if let Pending::Command(command, allowed) = pending
+            if let Pending::Command(command, allowed, answers) = pending
                 && !matches!(command, Command::Retry | Command::Compress)
             {
-                let _ = self.run_command(command, allowed, false).await;
+                let _ = self.run_command(command, allowed, false, answers).await;
             }
         }
     }

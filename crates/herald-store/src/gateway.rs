@@ -80,6 +80,16 @@ impl Store {
             .await?)
     }
 
+    /// Every position and value saved for `platform`, by name.
+    pub async fn cursors(&self, platform: Platform) -> Result<Vec<(String, String)>, StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT name, value FROM platform_cursors WHERE platform = ? ORDER BY name",
+        )
+        .bind(platform.as_str())
+        .fetch_all(&self.inner.pool)
+        .await?)
+    }
+
     /// Saves a platform's position.
     pub async fn set_cursor(
         &self,

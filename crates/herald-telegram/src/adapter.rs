@@ -27,7 +27,7 @@ pub(crate) async fn run(
     ctx: AdapterContext,
     shutdown: CancellationToken,
 ) -> Result<(), AdapterError> {
-    let AdapterContext { events, mut outbound, cursor } = ctx;
+    let AdapterContext { events, mut outbound, cursor, .. } = ctx;
     // Two clients: a long poll must never hold up a send, and sends keep teloxide's shorter
     // timeout while polls need one longer than the poll itself.
     let poll_bot = bot(&settings, Some(settings.poll_timeout + POLL_GRACE))?;

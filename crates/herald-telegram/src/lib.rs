@@ -15,7 +15,7 @@ mod split;
 
 use std::time::Duration;
 
-use herald_core::{Adapter, AdapterContext, AdapterError, Capabilities, Platform};
+use herald_core::{Adapter, AdapterContext, AdapterError, Capabilities, Platform, ReplyStyle};
 use tokio_util::sync::CancellationToken;
 
 pub use markup::{escape_html, to_telegram_html};
@@ -83,7 +83,11 @@ impl Adapter for TelegramAdapter {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { typing: true, typing_lasts: Duration::from_secs(5) }
+        Capabilities {
+            typing: true,
+            typing_lasts: Duration::from_secs(5),
+            reply_style: ReplyStyle::Quote,
+        }
     }
 
     async fn run(

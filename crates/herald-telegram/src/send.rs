@@ -43,7 +43,7 @@ impl Sender {
     /// Carries out one request; a `Send` reports through its `done`, the others only log.
     pub(crate) async fn handle(&self, request: Outbound) {
         match request {
-            Outbound::Send { chat, text, reply_to, done } => {
+            Outbound::Send { chat, text, reply_to, done, .. } => {
                 let result = self.send(&chat, &text, reply_to.as_deref()).await;
                 match &result {
                     Ok(ids) => debug!(chat = %chat.id, messages = ids.len(), "reply sent"),

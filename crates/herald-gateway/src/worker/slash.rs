@@ -13,12 +13,14 @@ use crate::outbox::Parcel;
 use crate::turn::TurnEnd;
 
 impl<P: Provider + 'static> Worker<P> {
-    /// Runs a command and answers it; `/retry` starts a turn and returns it.
+    /// Runs a command and answers it (in place of `answers`, the command's inbound id, where
+    /// the platform can); `/retry` starts a turn and returns it.
     pub(super) async fn run_command(
         &mut self,
         command: Command,
         allowed: Allowed,
         busy: bool,
+        answers: Option<String>,
     ) -> Option<JoinHandle<TurnEnd>> {
         let result = match command {
             Command::Help => Ok(HELP.to_owned()),
@@ -40,7 +42,9 @@ impl<P: Provider + 'static> Worker<P> {
             "Sorry, that did not work (the store failed); please try again.".to_owned()
         });
         // Behind the chat's earlier replies, so an answer never overtakes one still waiting.
-        self.shared.outbox.post(Parcel::unstored(self.chat.clone(), None, reply));
+        self.shared
+            .outbox
+            .post(Parcel::unstored(self.chat.clone(), None, reply).answering(answers));
         None
     }
 

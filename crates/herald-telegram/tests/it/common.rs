@@ -42,7 +42,13 @@ impl Running {
         let (events_tx, events) = mpsc::channel(64);
         let (outbound_tx, outbound_rx) = mpsc::channel(64);
         let shutdown = CancellationToken::new();
-        let ctx = AdapterContext { events: events_tx, outbound: outbound_rx, cursor };
+        let ctx = AdapterContext {
+            events: events_tx,
+            outbound: outbound_rx,
+            cursor,
+            channel_cursors: Default::default(),
+            kept: Default::default(),
+        };
         let task = tokio::spawn(TelegramAdapter::new(settings).run(ctx, shutdown.clone()));
         Running { events, outbound: Some(outbound_tx), shutdown, task }
     }
@@ -113,7 +119,15 @@ impl Running {
         let (done, result) = oneshot::channel();
         let text = text.to_owned();
         let reply_to = reply_to.map(str::to_owned);
-        self.request(Outbound::Send { chat, text, reply_to, done: Some(done) }).await;
+        self.request(Outbound::Send {
+            chat,
+            text,
+            reply_to,
+            answers: None,
+            key: None,
+            done: Some(done),
+        })
+        .await;
         result
     }
 
