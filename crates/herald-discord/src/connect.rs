@@ -1,14 +1,263 @@
-//! (being written)
+//! The adapter's run loop: the Gateway connection (serenity's client, started again after
+//! anything but a refusal), the intake task, and the senders serving the outbound channel.
 
-use herald_core::{AdapterContext, AdapterError};
+use std::sync::{Arc, PoisonError};
+
+use herald_core::{AdapterContext, AdapterError, AdapterEvent, Platform, backoff};
+use serenity::all::{
+    Context, EventHandler, GatewayIntents, GuildChannel, Interaction, Message, Ready, ResumedEvent,
+};
+use serenity::async_trait;
+use serenity::client::ClientBuilder;
+use serenity::gateway::{CollectorCallback, ConnectionStage, GatewayError, ShardStageUpdateEvent};
+use serenity::http::{Http, HttpBuilder};
+use serenity::model::event::Event;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::{AbortOnDropHandle, TaskTracker};
+use tracing::{Instrument, debug, info, warn};
 
 use crate::DiscordSettings;
+use crate::commands;
+use crate::error::scrub;
+use crate::intake::{Bot, Incoming, Inner};
+use crate::send::Sender;
 
+/// How many outbound requests run at once.
+const MAX_CONCURRENT_SENDS: usize = 32;
+
+/// What herald asks Discord for: messages in servers and DMs with their text, and the
+/// servers' channels and threads (to tell a thread from a channel).
+fn intents() -> GatewayIntents {
+    GatewayIntents::GUILDS
+        | GatewayIntents::GUILD_MESSAGES
+        | GatewayIntents::DIRECT_MESSAGES
+        | GatewayIntents::MESSAGE_CONTENT
+}
+
+/// Runs until `shutdown` is cancelled and every outbound sender is dropped.
+#[tracing::instrument(name = "discord", skip_all)]
 pub(crate) async fn run(
-    _settings: DiscordSettings,
-    _ctx: AdapterContext,
-    _shutdown: CancellationToken,
+    settings: DiscordSettings,
+    ctx: AdapterContext,
+    shutdown: CancellationToken,
 ) -> Result<(), AdapterError> {
-    Err(AdapterError::Other("the Discord adapter is not built yet".into()))
+    let AdapterContext { events, mut outbound, channel_cursors, kept, .. } = ctx;
+    let http = Arc::new(http(&settings));
+    let (inner, queue) =
+        Inner::new(settings, http, events, &channel_cursors, kept, shutdown.clone());
+    let _intake = AbortOnDropHandle::new(tokio::spawn(inner.clone().take(queue).in_current_span()));
+    let mut gateway =
+        AbortOnDropHandle::new(tokio::spawn(connect(inner.clone()).in_current_span()));
+    let sender = Sender::new(inner.clone());
+    let permits = Arc::new(Semaphore::new(MAX_CONCURRENT_SENDS));
+    let tracker = TaskTracker::new();
+
+    let mut connected = true;
+    let mut outbound_open = true;
+    while connected || outbound_open {
+        tokio::select! {
+            result = &mut gateway, if connected => {
+                connected = false;
+                match result {
+                    Ok(Ok(())) => {}
+                    Ok(Err(err)) => return Err(err),
+                    Err(join) => {
+                        return Err(AdapterError::Other(format!("the discord connection failed: {join}")));
+                    }
+                }
+            }
+            request = outbound.recv(), if outbound_open => {
+                let Some(request) = request else {
+                    outbound_open = false;
+                    continue;
+                };
+                // Waiting for a permit here is the backpressure: the gateway's channel fills up.
+                let permit = permits
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .expect("the send semaphore is never closed");
+                let sender = sender.clone();
+                tracker.spawn(
+                    async move {
+                        sender.handle(request).await;
+                        drop(permit);
+                    }
+                    .in_current_span(),
+                );
+            }
+        }
+    }
+    tracker.close();
+    tracker.wait().await;
+    info!("discord adapter stopped");
+    Ok(())
+}
+
+/// A REST client: Discord's, with serenity's rate limiter, or the configured URL's without it
+/// (a proxy or a fake answers for the limits; the senders back off from a 429 themselves).
+fn http(settings: &DiscordSettings) -> Http {
+    match &settings.api_url {
+        None => HttpBuilder::new(&settings.token).build(),
+        Some(url) => HttpBuilder::new(&settings.token)
+            .proxy(url.trim_end_matches('/'))
+            .ratelimiter_disabled(true)
+            .build(),
+    }
+}
+
+/// Keeps a Gateway connection until `shutdown`; returns an error only when Discord refused the
+/// token or the intents, which no retry can mend.
+async fn connect(inner: Arc<Inner>) -> Result<(), AdapterError> {
+    let settings = inner.settings.clone();
+    let mut attempt = 0;
+    while !inner.shutdown.is_cancelled() {
+        let handler = Handler { inner: inner.clone() };
+        let built =
+            ClientBuilder::new_with_http(http(&settings), intents()).event_handler(handler).await;
+        let error = match built {
+            Ok(mut client) => {
+                let manager = client.shard_manager.clone();
+                tokio::select! {
+                    result = client.start() => match result {
+                        Ok(()) => return Ok(()),
+                        Err(serenity::Error::Gateway(GatewayError::InvalidAuthentication)) => {
+                            return Err(AdapterError::Unauthorized {
+                                platform: Platform::Discord,
+                                detail: "the gateway closed with 4004 (authentication failed)".into(),
+                                hint: settings.token_env.clone(),
+                            });
+                        }
+                        Err(serenity::Error::Gateway(GatewayError::DisallowedGatewayIntents)) => {
+                            return Err(AdapterError::Other(
+                                "Discord closed the gateway with 4014 (disallowed intents): enable the Message Content intent for this bot in the developer portal (Bot, Privileged Gateway Intents), then restart herald".into(),
+                            ));
+                        }
+                        Err(e) => scrub(&e.to_string(), &settings.token),
+                    },
+                    () = inner.shutdown.cancelled() => {
+                        // Stop taking messages; what arrives meanwhile is fetched at the next start.
+                        manager.shutdown_all().await;
+                        return Ok(());
+                    }
+                }
+            }
+            Err(e) => scrub(&e.to_string(), &settings.token),
+        };
+        let retry_in = backoff(attempt, None, settings.max_backoff);
+        attempt = attempt.saturating_add(1);
+        let _ = inner.events.send(AdapterEvent::Retrying { error, retry_in }).await;
+        tokio::select! {
+            () = tokio::time::sleep(retry_in) => {}
+            () = inner.shutdown.cancelled() => {}
+        }
+    }
+    Ok(())
+}
+
+/// serenity's events, handed to the intake.
+struct Handler {
+    inner: Arc<Inner>,
+}
+
+#[async_trait]
+impl EventHandler for Handler {
+    async fn ready(&self, ctx: Context, ready: Ready) {
+        let inner = &self.inner;
+        let bot = Bot { id: ready.user.id, name: ready.user.name.clone() };
+        *inner.bot.write().unwrap_or_else(PoisonError::into_inner) = Some(bot);
+        *inner.cache.write().unwrap_or_else(PoisonError::into_inner) = Some(ctx.cache.clone());
+        inner.http.set_application_id(ready.application.id);
+        // Read in dispatch order by the shard itself, where the handler's tasks may swap two
+        // messages; every new session (a fresh runner) needs it again.
+        let collecting = inner.clone();
+        ctx.shard.add_collector(CollectorCallback(Box::new(move |event| {
+            collect(&collecting, event);
+            !collecting.shutdown.is_cancelled()
+        })));
+        info!(bot = %ready.user.name, "connected to Discord");
+        let _ = inner.events.send(AdapterEvent::Connected { bot: ready.user.name.clone() }).await;
+        tokio::spawn(inner.clone().backfill().in_current_span());
+        if inner.settings.register_commands {
+            tokio::spawn(register(inner.clone()).in_current_span());
+        }
+    }
+
+    async fn resume(&self, _ctx: Context, _event: ResumedEvent) {
+        debug!("the Discord session was resumed");
+        if let Some(bot) = self.inner.bot() {
+            let _ = self.inner.events.send(AdapterEvent::Connected { bot: bot.name }).await;
+        }
+    }
+
+    async fn message(&self, _ctx: Context, message: Message) {
+        // A copy the collector took first is dropped as seen.
+        self.inner.offer(Incoming::Message(Box::new(message)));
+    }
+
+    async fn interaction_create(&self, _ctx: Context, interaction: Interaction) {
+        if let Interaction::Command(command) = interaction {
+            self.inner.offer(Incoming::Interaction(Box::new(command)));
+        }
+    }
+
+    async fn thread_create(&self, _ctx: Context, thread: GuildChannel) {
+        if let Some(parent) = thread.parent_id {
+            self.inner.thread_seen(thread.id.get(), parent.get());
+        }
+    }
+
+    async fn shard_stage_update(&self, _ctx: Context, event: ShardStageUpdateEvent) {
+        if event.old == ConnectionStage::Connected && event.new != ConnectionStage::Connected {
+            let error = format!("the gateway connection was lost ({})", event.new);
+            let retry_in = std::time::Duration::from_secs(1);
+            let _ = self.inner.events.send(AdapterEvent::Retrying { error, retry_in }).await;
+        }
+    }
+}
+
+/// What the shard's collector takes, in dispatch order.
+fn collect(inner: &Inner, event: &Event) {
+    match event {
+        Event::MessageCreate(created) => {
+            inner.offer(Incoming::Message(Box::new(created.message.clone())));
+        }
+        Event::InteractionCreate(created) => {
+            if let Interaction::Command(command) = &created.interaction {
+                inner.offer(Incoming::Interaction(Box::new(command.clone())));
+            }
+        }
+        Event::ThreadCreate(created) => {
+            if let Some(parent) = created.thread.parent_id {
+                inner.thread_seen(created.thread.id.get(), parent.get());
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Registers the slash commands when the set changed since the last registration.
+async fn register(inner: Arc<Inner>) {
+    let kept =
+        inner.kept.lock().unwrap_or_else(PoisonError::into_inner).get(commands::KEPT_AS).cloned();
+    match commands::register(&inner.http, kept.as_deref(), &inner.settings.token).await {
+        Ok(None) => debug!("the slash commands are registered already"),
+        Ok(Some(print)) => {
+            info!("slash commands registered with Discord");
+            inner
+                .kept
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(commands::KEPT_AS.to_owned(), print.clone());
+            let keep = AdapterEvent::Keep { name: commands::KEPT_AS.to_owned(), value: print };
+            let _ = inner.events.send(keep).await;
+        }
+        Err(failure) => {
+            warn!(
+                error = failure.text(),
+                "could not register the slash commands; typed commands still work"
+            )
+        }
+    }
 }

@@ -1,1 +1,541 @@
-//! (being written)
+//! Messages and slash commands on their way in: each offered once (live, replayed on a resume,
+//! or fetched after a gap), turned into an [`Inbound`] in the order Discord dispatched it, and
+//! its channel's cursor moved once the gateway settled it and every older one.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use herald_core::{
+    Ack, AdapterEvent, ChatRef, Inbound, Platform, SLASH_COMMANDS, SlashCommand, UserRef,
+};
+use serenity::all::{
+    Cache, Channel, ChannelId, ChannelType, CommandDataOptionValue, CommandInteraction,
+    CreateInteractionResponse, CreateInteractionResponseMessage, GetMessages, Http, Message,
+    MessageId, MessageType, RoleId, UserId,
+};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use crate::DiscordSettings;
+use crate::error::classify;
+
+/// How many recent ids are remembered to drop a second copy of an event.
+const SEEN: usize = 65_536;
+/// How long after a message was not kept its channel is fetched again.
+const REFETCH_AFTER: Duration = Duration::from_secs(5);
+/// Channels fetched at once after a gap.
+const BACKFILL_AT_ONCE: usize = 4;
+/// Discord's epoch (2015-01-01) in Unix milliseconds, the base of snowflakes.
+const DISCORD_EPOCH_MS: u64 = 1_420_070_400_000;
+
+/// Something Discord dispatched (or that was fetched) for the bot to read.
+#[derive(Debug)]
+pub(crate) enum Incoming {
+    Message(Box<Message>),
+    Interaction(Box<CommandInteraction>),
+}
+
+impl Incoming {
+    fn id(&self) -> u64 {
+        match self {
+            Incoming::Message(message) => message.id.get(),
+            Incoming::Interaction(interaction) => interaction.id.get(),
+        }
+    }
+}
+
+/// The bot, as READY described it.
+#[derive(Debug, Clone)]
+pub(crate) struct Bot {
+    pub(crate) id: UserId,
+    pub(crate) name: String,
+}
+
+/// What a channel is, for the session key of its messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Place {
+    /// A server text channel (or anything that is not a thread).
+    Channel,
+    /// A thread or forum post, inside `parent`.
+    Thread { parent: u64 },
+}
+
+/// A slash command waiting for its answer.
+#[derive(Debug)]
+pub(crate) struct PendingCommand {
+    pub(crate) interaction: Box<CommandInteraction>,
+    /// Whether the response was deferred (the answer edits it) or already given.
+    pub(crate) deferred: bool,
+    /// Whether only the asker sees the answer.
+    pub(crate) private: bool,
+}
+
+/// How far one channel's messages were settled.
+#[derive(Debug, Default)]
+struct Progress {
+    /// Offered and not yet settled (`false`) or settled (`true`), by id.
+    open: BTreeMap<u64, bool>,
+}
+
+impl Progress {
+    /// Marks `id` settled; the new cursor when it and everything older is.
+    fn settle(&mut self, id: u64) -> Option<u64> {
+        if let Some(done) = self.open.get_mut(&id) {
+            *done = true;
+        }
+        let mut cursor = None;
+        while let Some(entry) = self.open.first_entry() {
+            if !*entry.get() {
+                break;
+            }
+            cursor = Some(entry.remove_entry().0);
+        }
+        cursor
+    }
+}
+
+/// Recent ids, to drop second copies.
+#[derive(Debug, Default)]
+struct Seen {
+    ids: HashSet<u64>,
+    order: VecDeque<u64>,
+}
+
+impl Seen {
+    /// Whether `id` is new (and remembers it).
+    fn first(&mut self, id: u64) -> bool {
+        if !self.ids.insert(id) {
+            return false;
+        }
+        self.order.push_back(id);
+        if self.order.len() > SEEN
+            && let Some(old) = self.order.pop_front()
+        {
+            self.ids.remove(&old);
+        }
+        true
+    }
+
+    fn forget(&mut self, id: u64) {
+        self.ids.remove(&id);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The adapter's state, shared by the event handler, the intake task and the senders.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) settings: DiscordSettings,
+    pub(crate) http: Arc<Http>,
+    pub(crate) events: mpsc::Sender<AdapterEvent>,
+    pub(crate) bot: RwLock<Option<Bot>>,
+    pub(crate) cache: RwLock<Option<Arc<Cache>>>,
+    pub(crate) places: Mutex<HashMap<u64, Place>>,
+    pub(crate) commands: Mutex<HashMap<String, PendingCommand>>,
+    /// What a thread opened on a message is named after: the message's text.
+    pub(crate) thread_names: Mutex<HashMap<u64, String>>,
+    /// The saved values (the registered command set).
+    pub(crate) kept: Mutex<BTreeMap<String, String>>,
+    funnel: mpsc::UnboundedSender<Incoming>,
+    seen: Mutex<Seen>,
+    progress: Mutex<HashMap<u64, Progress>>,
+    /// The newest settled message of every channel known, where a fetch after a gap starts.
+    cursors: Mutex<BTreeMap<u64, u64>>,
+    pub(crate) shutdown: CancellationToken,
+}
+
+impl Inner {
+    /// The shared state, and the receiving end of the intake queue.
+    pub(crate) fn new(
+        settings: DiscordSettings,
+        http: Arc<Http>,
+        events: mpsc::Sender<AdapterEvent>,
+        channel_cursors: &BTreeMap<String, String>,
+        kept: BTreeMap<String, String>,
+        shutdown: CancellationToken,
+    ) -> (Arc<Inner>, mpsc::UnboundedReceiver<Incoming>) {
+        let (funnel, queue) = mpsc::unbounded_channel();
+        let cursors = channel_cursors
+            .iter()
+            .filter_map(|(channel, cursor)| Some((channel.parse().ok()?, cursor.parse().ok()?)))
+            .collect();
+        let inner = Inner {
+            settings,
+            http,
+            events,
+            bot: RwLock::new(None),
+            cache: RwLock::new(None),
+            places: Mutex::default(),
+            commands: Mutex::default(),
+            thread_names: Mutex::default(),
+            kept: Mutex::new(kept),
+            funnel,
+            seen: Mutex::default(),
+            progress: Mutex::default(),
+            cursors: Mutex::new(cursors),
+            shutdown,
+        };
+        (Arc::new(inner), queue)
+    }
+
+    pub(crate) fn bot(&self) -> Option<Bot> {
+        self.bot.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Queues an event unless it was seen already. Called in dispatch order from the shard's
+    /// collector, and from the (unordered) event handler for what the collector missed.
+    pub(crate) fn offer(&self, incoming: Incoming) {
+        if lock(&self.seen).first(incoming.id()) {
+            let _ = self.funnel.send(incoming);
+        }
+    }
+
+    /// Remembers that `thread` is a thread in `parent`.
+    pub(crate) fn thread_seen(&self, thread: u64, parent: u64) {
+        lock(&self.places).insert(thread, Place::Thread { parent });
+    }
+
+    /// Reads the intake queue until it closes; the order of the queue is kept.
+    pub(crate) async fn take(self: Arc<Self>, mut queue: mpsc::UnboundedReceiver<Incoming>) {
+        while let Some(incoming) = queue.recv().await {
+            // Not offered to the gateway and not settled: the next start fetches it again.
+            if self.shutdown.is_cancelled() {
+                continue;
+            }
+            match incoming {
+                Incoming::Message(message) => self.message(*message).await,
+                Incoming::Interaction(interaction) => self.command(interaction).await,
+            }
+        }
+    }
+
+    async fn message(self: &Arc<Self>, message: Message) {
+        let Some(bot) = self.bot() else { return };
+        let ordinary = matches!(message.kind, MessageType::Regular | MessageType::InlineReply);
+        // No bot-to-bot loops: other bots, webhooks and the bot's own posts are never read.
+        if !ordinary
+            || message.author.bot
+            || message.webhook_id.is_some()
+            || message.author.id == bot.id
+        {
+            return;
+        }
+        let channel = message.channel_id.get();
+        let chat = match message.guild_id {
+            None => ChatRef::direct(Platform::Discord, channel.to_string()),
+            Some(_) => match self.place(message.channel_id).await {
+                Place::Thread { parent } => ChatRef::group(Platform::Discord, parent.to_string())
+                    .in_thread(channel.to_string()),
+                Place::Channel => ChatRef::group(Platform::Discord, channel.to_string()),
+            },
+        };
+        let roles = self.bot_roles(&message);
+        let mentioned = message.mentions.iter().any(|user| user.id == bot.id)
+            || message.mention_roles.iter().any(|role| roles.contains(role))
+            || mention_tokens(bot.id, &roles).iter().any(|token| message.content.contains(token));
+        let reply_to_bot =
+            message.referenced_message.as_ref().is_some_and(|quoted| quoted.author.id == bot.id);
+        let text = strip_mentions(&message.content, bot.id, &roles);
+        let id = message.id.get();
+        if self.settings.auto_thread && chat.thread.is_none() && message.guild_id.is_some() {
+            lock(&self.thread_names).insert(id, thread_name(&text));
+        }
+        let user = UserRef { id: message.author.id.to_string(), name: Some(message.author.name) };
+        let (ack, settled) = Ack::new();
+        lock(&self.progress).entry(channel).or_default().open.insert(id, false);
+        let inbound =
+            Inbound { id: id.to_string(), chat, user, text, mentioned, reply_to_bot, ack };
+        // Nothing to read (an attachment alone, a bare mention): settled without the gateway.
+        if inbound.text.is_empty() {
+            inbound.ack.settle();
+        } else if self.events.send(AdapterEvent::Inbound(inbound)).await.is_err() {
+            return;
+        }
+        tokio::spawn(self.clone().settled(channel, id, settled));
+    }
+
+    /// Moves the channel's cursor once `id` is settled; a message not kept is fetched again.
+    async fn settled(self: Arc<Self>, channel: u64, id: u64, settled: oneshot::Receiver<()>) {
+        if settled.await.is_err() {
+            lock(&self.seen).forget(id);
+            if !self.shutdown.is_cancelled() {
+                tokio::time::sleep(REFETCH_AFTER).await;
+                self.backfill_channel(channel).await;
+            }
+            return;
+        }
+        let Some(cursor) = lock(&self.progress).entry(channel).or_default().settle(id) else {
+            return;
+        };
+        {
+            let mut cursors = lock(&self.cursors);
+            let known = cursors.entry(channel).or_default();
+            if *known >= cursor {
+                return;
+            }
+            *known = cursor;
+        }
+        let event = AdapterEvent::ChannelCursor {
+            channel: channel.to_string(),
+            cursor: cursor.to_string(),
+        };
+        let _ = self.events.send(event).await;
+    }
+
+    /// What `channel` is: a thread (and its parent) or a channel, asked of Discord once.
+    async fn place(&self, channel: ChannelId) -> Place {
+        if let Some(place) = lock(&self.places).get(&channel.get()) {
+            return *place;
+        }
+        let place = match self.http.get_channel(channel).await {
+            Ok(Channel::Guild(found)) => match (found.kind, found.parent_id) {
+                (
+                    ChannelType::PublicThread
+                    | ChannelType::PrivateThread
+                    | ChannelType::NewsThread,
+                    Some(parent),
+                ) => Place::Thread { parent: parent.get() },
+                _ => Place::Channel,
+            },
+            Ok(_) => Place::Channel,
+            Err(e) => {
+                let error = classify(&e, &self.settings.token);
+                warn!(channel = %channel, error = error.text(), "could not look the channel up; its messages are taken as the channel's, not a thread's");
+                return Place::Channel;
+            }
+        };
+        lock(&self.places).insert(channel.get(), place);
+        place
+    }
+
+    /// The roles Discord manages for this bot in the message's server (mentioning one
+    /// addresses the bot).
+    fn bot_roles(&self, message: &Message) -> Vec<RoleId> {
+        let (Some(guild), Some(bot)) = (message.guild_id, self.bot()) else { return Vec::new() };
+        if message.mention_roles.is_empty() && !message.content.contains("<@&") {
+            return Vec::new();
+        }
+        let cache = self.cache.read().unwrap_or_else(PoisonError::into_inner).clone();
+        let Some(cache) = cache else { return Vec::new() };
+        let Some(guild) = cache.guild(guild) else { return Vec::new() };
+        guild.roles.values().filter(|role| role.tags.bot_id == Some(bot.id)).map(|r| r.id).collect()
+    }
+
+    /// A slash command: acknowledged at once (Discord wants an answer within 3 s), then handed
+    /// to the gateway as the command typed as text.
+    async fn command(self: &Arc<Self>, interaction: Box<CommandInteraction>) {
+        let name = interaction.data.name.clone();
+        let Some(listed) = SLASH_COMMANDS.iter().find(|c| c.name == name) else {
+            debug!(command = %name, "a slash command herald does not have was ignored");
+            return;
+        };
+        let chat = match interaction.guild_id {
+            None => ChatRef::direct(Platform::Discord, interaction.channel_id.to_string()),
+            Some(_) => match self.place(interaction.channel_id).await {
+                Place::Thread { parent } => ChatRef::group(Platform::Discord, parent.to_string())
+                    .in_thread(interaction.channel_id.to_string()),
+                Place::Channel => {
+                    ChatRef::group(Platform::Discord, interaction.channel_id.to_string())
+                }
+            },
+        };
+        let deferred = self.acknowledge(&interaction, listed).await;
+        let text = command_text(&interaction, listed);
+        let id = interaction.id.to_string();
+        let user = UserRef {
+            id: interaction.user.id.to_string(),
+            name: Some(interaction.user.name.clone()),
+        };
+        if let Some(deferred) = deferred {
+            let pending = PendingCommand { interaction, deferred, private: listed.private };
+            lock(&self.commands).insert(id.clone(), pending);
+        }
+        let inbound = Inbound {
+            id,
+            chat,
+            user,
+            text,
+            mentioned: true,
+            reply_to_bot: false,
+            ack: Ack::none(),
+        };
+        let _ = self.events.send(AdapterEvent::Inbound(inbound)).await;
+    }
+
+    /// Answers the interaction for now: "thinking" until the gateway's answer edits it, or a
+    /// line saying a reply follows. `Some(deferred)` when it worked.
+    async fn acknowledge(
+        &self,
+        interaction: &CommandInteraction,
+        listed: &SlashCommand,
+    ) -> Option<bool> {
+        let (response, deferred) = if listed.answered_by_a_turn {
+            let message = CreateInteractionResponseMessage::new()
+                .content("Answering your last message again.");
+            (CreateInteractionResponse::Message(message), false)
+        } else {
+            let message = CreateInteractionResponseMessage::new().ephemeral(listed.private);
+            (CreateInteractionResponse::Defer(message), true)
+        };
+        match interaction.create_response(&self.http, response).await {
+            Ok(()) => Some(deferred),
+            Err(e) => {
+                let error = classify(&e, &self.settings.token);
+                warn!(command = %listed.name, error = error.text(), "could not acknowledge a slash command; its answer goes to the channel");
+                None
+            }
+        }
+    }
+
+    /// Fetches what every known channel got since its cursor: after a start, and after a
+    /// session that could not be resumed (its dispatches are lost).
+    pub(crate) async fn backfill(self: Arc<Self>) {
+        let channels: Vec<u64> = lock(&self.cursors).keys().copied().collect();
+        if channels.is_empty() {
+            return;
+        }
+        debug!(channels = channels.len(), "fetching what arrived while disconnected");
+        let mut pending = channels.into_iter();
+        let mut running = tokio::task::JoinSet::new();
+        loop {
+            while running.len() < BACKFILL_AT_ONCE
+                && let Some(channel) = pending.next()
+            {
+                running.spawn(self.clone().backfill_owned(channel));
+            }
+            if running.join_next().await.is_none() {
+                break;
+            }
+        }
+    }
+
+    async fn backfill_owned(self: Arc<Self>, channel: u64) {
+        self.backfill_channel(channel).await;
+    }
+
+    /// Offers the messages `channel` got after its cursor (at most the configured count, none
+    /// older than the configured age), oldest first.
+    async fn backfill_channel(&self, channel: u64) {
+        let Some(after) = lock(&self.cursors).get(&channel).copied() else { return };
+        if self.shutdown.is_cancelled() || after == 0 {
+            return;
+        }
+        let query = GetMessages::new()
+            .after(MessageId::new(after))
+            .limit(self.settings.backfill_limit.clamp(1, 100));
+        let mut messages = match ChannelId::new(channel).messages(&self.http, query).await {
+            Ok(messages) => messages,
+            Err(e) => {
+                let error = classify(&e, &self.settings.token);
+                warn!(
+                    channel,
+                    error = error.text(),
+                    "could not fetch the messages of a gap; the next reconnect tries again"
+                );
+                return;
+            }
+        };
+        messages.sort_by_key(|message| message.id);
+        let oldest = now_ms().saturating_sub(self.settings.backfill_max_age.as_millis() as u64);
+        for message in messages {
+            if snowflake_ms(message.id.get()) >= oldest {
+                self.offer(Incoming::Message(Box::new(message)));
+            }
+        }
+    }
+}
+
+/// The mentions of the bot that may appear in a message's text.
+fn mention_tokens(bot: UserId, roles: &[RoleId]) -> Vec<String> {
+    let mut tokens = vec![format!("<@{bot}>"), format!("<@!{bot}>")];
+    tokens.extend(roles.iter().map(|role| format!("<@&{role}>")));
+    tokens
+}
+
+/// The text the model sees: the bot's mentions removed, wherever they are.
+pub(crate) fn strip_mentions(content: &str, bot: UserId, roles: &[RoleId]) -> String {
+    let mut text = content.to_owned();
+    for token in mention_tokens(bot, roles) {
+        text = text.replace(&token, " ");
+    }
+    text.split_whitespace().collect::<Vec<_>>().join(" ").trim().to_owned()
+}
+
+/// A slash command as the gateway reads it: `/name argument`.
+fn command_text(interaction: &CommandInteraction, listed: &SlashCommand) -> String {
+    let args: Vec<&str> = interaction
+        .data
+        .options
+        .iter()
+        .filter_map(|option| match &option.value {
+            CommandDataOptionValue::String(value) => Some(value.as_str()),
+            _ => None,
+        })
+        .collect();
+    format!("/{} {}", listed.name, args.join(" ")).trim_end().to_owned()
+}
+
+/// A thread's name from the message that opened it: its first line, at most 80 characters.
+fn thread_name(text: &str) -> String {
+    let line = text.lines().next().unwrap_or_default().trim();
+    let name: String = line.chars().take(80).collect();
+    if name.is_empty() { "conversation".to_owned() } else { name }
+}
+
+/// When a snowflake was made, in Unix milliseconds.
+fn snowflake_ms(id: u64) -> u64 {
+    (id >> 22) + DISCORD_EPOCH_MS
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mentions_are_removed_wherever_they_are() {
+        let bot = UserId::new(42);
+        let role = RoleId::new(7);
+        assert_eq!(strip_mentions("<@42> hello", bot, &[]), "hello");
+        assert_eq!(strip_mentions("hi <@!42>, how are you", bot, &[]), "hi , how are you");
+        assert_eq!(strip_mentions("<@&7> привет 你好", bot, &[role]), "привет 你好");
+        assert_eq!(strip_mentions("<@43> stays", bot, &[]), "<@43> stays");
+        assert_eq!(strip_mentions("<@42>", bot, &[]), "");
+    }
+
+    #[test]
+    fn a_channel_cursor_moves_only_past_settled_messages() {
+        let mut progress = Progress::default();
+        for id in [1, 2, 3] {
+            progress.open.insert(id, false);
+        }
+        assert_eq!(progress.settle(2), None);
+        assert_eq!(progress.settle(1), Some(2));
+        assert_eq!(progress.settle(3), Some(3));
+        assert!(progress.open.is_empty());
+    }
+
+    #[test]
+    fn thread_names_are_a_short_first_line() {
+        assert_eq!(thread_name("  how do I deploy?\nmore"), "how do I deploy?");
+        assert_eq!(thread_name(""), "conversation");
+        assert_eq!(thread_name(&"я".repeat(200)).chars().count(), 80);
+    }
+
+    #[test]
+    fn seen_ids_are_dropped_until_forgotten() {
+        let mut seen = Seen::default();
+        assert!(seen.first(5));
+        assert!(!seen.first(5));
+        seen.forget(5);
+        assert!(seen.first(5));
+    }
+}

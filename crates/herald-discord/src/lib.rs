@@ -123,3 +123,6 @@ impl Adapter for DiscordAdapter {
         connect::run(self.settings, ctx, shutdown).await
     }
 }
+
+#[cfg(test)]
+mod smoke;
