@@ -54,3 +54,17 @@ async fn the_binary_explains_a_bad_argument() {
         "{stderr}"
     );
 }
+
+#[tokio::test]
+async fn every_fake_platform_binary_explains_a_bad_argument() {
+    for program in [
+        env!("CARGO_BIN_EXE_herald-fake-telegram"),
+        env!("CARGO_BIN_EXE_herald-fake-discord"),
+        env!("CARGO_BIN_EXE_herald-fake-slack"),
+    ] {
+        let output = Command::new(program).arg("--port").output().await.unwrap();
+        assert_eq!(output.status.code(), Some(2), "{program}");
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert!(stderr.contains("unexpected argument") && stderr.contains("usage:"), "{stderr}");
+    }
+}

@@ -1,6 +1,6 @@
 //! The fakes over real HTTP: the model server driven with reqwest like a provider client would,
-//! the Telegram Bot API with the real teloxide client, the first slice of the fake Discord with a
-//! plain WebSocket client and reqwest.
+//! the Telegram Bot API with the real teloxide client, the first slice of the fake Discord and the
+//! fake Slack with a plain WebSocket client and reqwest.
 #![allow(clippy::unwrap_used)]
 
 mod binary;
@@ -10,6 +10,7 @@ mod defaults;
 mod discord;
 mod faults;
 mod script;
+mod slack;
 mod telegram;
 mod usage;
 
