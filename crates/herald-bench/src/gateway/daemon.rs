@@ -1,6 +1,6 @@
 //! The gateway under test, in its own process (spawned by `gateway`) so that its peak RSS is
-//! herald's alone, not the fake platform's: the real Telegram adapter and gateway over a store,
-//! with a model that answers at once, until its stdin closes.
+//! herald's alone, not the fake platform's: the real adapter and gateway over a store, with a
+//! model that answers at once, until its stdin closes.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -10,12 +10,18 @@ use herald_agent::{ChatRequest, Completion, Message, Provider, ProviderError};
 use herald_core::Platform;
 use herald_gateway::{Access, Gateway, GatewaySettings, history};
 use herald_store::{Store, StoreOptions};
+use herald_discord::{DiscordAdapter, DiscordSettings};
 use herald_telegram::{TelegramAdapter, TelegramSettings};
+
+use super::BenchPlatform;
 use tokio::io::AsyncReadExt;
 
 /// Arguments of the hidden `gateway-daemon` command.
 #[derive(Debug, Clone, clap::Args)]
 pub struct DaemonArgs {
+    /// The platform to serve.
+    #[arg(long, value_enum)]
+    pub platform: BenchPlatform,
     /// The fake Bot API's root.
     #[arg(long)]
     pub api_url: String,
@@ -41,15 +47,26 @@ impl Provider for Instant0 {
 /// Runs the gateway until stdin closes; the gateway's default settings, everyone allowed.
 pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
     let store = Store::open(StoreOptions::new(&args.db)).await.context("opening the store")?;
-    let settings = GatewaySettings::new("You are Herald.", "instant").with_access(
-        Platform::Telegram,
-        Access { allowed_users: vec!["*".into()], ..Access::default() },
-    );
+    let platform = match args.platform {
+        BenchPlatform::Telegram => Platform::Telegram,
+        BenchPlatform::Discord => Platform::Discord,
+    };
+    let settings = GatewaySettings::new("You are Herald.", "instant")
+        .with_access(platform, Access { allowed_users: vec!["*".into()], ..Access::default() });
     let tools = history::tools(&store);
     let mut gateway = Gateway::new(store, Instant0, tools, settings);
-    let mut telegram = TelegramSettings::new(&args.token, &args.api_url);
-    telegram.poll_timeout = Duration::from_secs(5);
-    gateway.add_adapter(TelegramAdapter::new(telegram)).await?;
+    match args.platform {
+        BenchPlatform::Telegram => {
+            let mut telegram = TelegramSettings::new(&args.token, &args.api_url);
+            telegram.poll_timeout = Duration::from_secs(5);
+            gateway.add_adapter(TelegramAdapter::new(telegram)).await?;
+        }
+        BenchPlatform::Discord => {
+            let mut discord = DiscordSettings::new(&args.token);
+            discord.api_url = Some(args.api_url.clone());
+            gateway.add_adapter(DiscordAdapter::new(discord)).await?;
+        }
+    }
     gateway
         .run(async {
             // The parent closes our stdin (or dies) when the run is over.

@@ -162,6 +162,25 @@ impl FakeDiscord {
         }
     }
 
+    /// Waits until the bot has posted more than `from` messages, or `timeout` passed; the
+    /// messages after the first `from`.
+    pub async fn wait_sent_after(&self, from: usize, timeout: Duration) -> Vec<SentMessage> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut sends = self.inner.shared.sent.subscribe();
+        loop {
+            {
+                let state = self.inner.shared.lock();
+                if state.sent.len() > from || tokio::time::Instant::now() >= deadline {
+                    return state.sent.get(from..).map(<[SentMessage]>::to_vec).unwrap_or_default();
+                }
+            }
+            tokio::select! {
+                _ = sends.changed() => {}
+                () = tokio::time::sleep_until(deadline) => {}
+            }
+        }
+    }
+
     /// Every IDENTIFY received (token and intents), in order.
     pub fn identifies(&self) -> Vec<Identify> {
         self.inner.shared.lock().identifies.clone()
