@@ -4,8 +4,8 @@ use herald_core::Platform;
 use herald_gateway::{Access, DmPolicy};
 use serde::Deserialize;
 
-/// What every platform section has in common: the access rules `allowed_users`, `dm_policy`
-/// and `require_mention`, read and reloaded the same way for each platform.
+/// What every platform section has in common: the access rules `allowed_users`, `dm_policy`,
+/// `require_mention` and `allowed_channels`, read and reloaded the same way for each platform.
 ///
 /// The rules stay plain fields of each section rather than one `#[serde(flatten)]` struct:
 /// serde's flatten drops the key path and line of an error inside it, and every config error
@@ -14,7 +14,7 @@ pub trait PlatformSection {
     /// The platform the section configures.
     const PLATFORM: Platform;
     /// The dotted keys of the access rules, for the reload report.
-    const ACCESS_KEYS: [&'static str; 3];
+    const ACCESS_KEYS: [&'static str; 4];
 
     /// The section's access rules, as the gateway applies them.
     fn access(&self) -> Access;
@@ -27,10 +27,11 @@ macro_rules! platform_section {
     ($section:ty, $platform:expr, $name:literal) => {
         impl PlatformSection for $section {
             const PLATFORM: Platform = $platform;
-            const ACCESS_KEYS: [&'static str; 3] = [
+            const ACCESS_KEYS: [&'static str; 4] = [
                 concat!($name, ".allowed_users"),
                 concat!($name, ".dm_policy"),
                 concat!($name, ".require_mention"),
+                concat!($name, ".allowed_channels"),
             ];
 
             fn access(&self) -> Access {
@@ -38,14 +39,16 @@ macro_rules! platform_section {
                     allowed_users: self.allowed_users.clone(),
                     dm_policy: self.dm_policy,
                     require_mention: self.require_mention,
+                    allowed_channels: self.allowed_channels.clone(),
                 }
             }
 
             fn set_access(&mut self, access: Access) {
-                let Access { allowed_users, dm_policy, require_mention } = access;
+                let Access { allowed_users, dm_policy, require_mention, allowed_channels } = access;
                 self.allowed_users = allowed_users;
                 self.dm_policy = dm_policy;
                 self.require_mention = require_mention;
+                self.allowed_channels = allowed_channels;
             }
         }
     };
@@ -69,6 +72,8 @@ pub struct TelegramConfig {
     pub dm_policy: DmPolicy,
     /// In groups, answer only when mentioned or replied to.
     pub require_mention: bool,
+    /// Group chat ids the bot answers in (a forum topic counts as its group); empty: any.
+    pub allowed_channels: Vec<String>,
 }
 
 impl Default for TelegramConfig {
@@ -79,6 +84,7 @@ impl Default for TelegramConfig {
             allowed_users: Vec::new(),
             dm_policy: DmPolicy::Pair,
             require_mention: true,
+            allowed_channels: Vec::new(),
         }
     }
 }
@@ -97,6 +103,8 @@ pub struct DiscordConfig {
     pub dm_policy: DmPolicy,
     /// In servers, answer only when mentioned or replied to.
     pub require_mention: bool,
+    /// Server channel ids the bot answers in (a thread counts as its parent); empty: any.
+    pub allowed_channels: Vec<String>,
 }
 
 impl Default for DiscordConfig {
@@ -107,6 +115,7 @@ impl Default for DiscordConfig {
             allowed_users: Vec::new(),
             dm_policy: DmPolicy::Pair,
             require_mention: true,
+            allowed_channels: Vec::new(),
         }
     }
 }
@@ -127,6 +136,8 @@ pub struct SlackConfig {
     pub dm_policy: DmPolicy,
     /// In channels, answer only when mentioned or replied to.
     pub require_mention: bool,
+    /// Channel ids the app answers in (a thread counts as its channel); empty: any.
+    pub allowed_channels: Vec<String>,
 }
 
 impl Default for SlackConfig {
@@ -138,6 +149,7 @@ impl Default for SlackConfig {
             allowed_users: Vec::new(),
             dm_policy: DmPolicy::Pair,
             require_mention: true,
+            allowed_channels: Vec::new(),
         }
     }
 }

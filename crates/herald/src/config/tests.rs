@@ -42,9 +42,16 @@ fn the_example_is_valid_and_all_defaults() {
 #[test]
 fn the_example_platforms_uncommented_are_valid_defaults() {
     let start = EXAMPLE.find("# [telegram]").expect("the example has a telegram section");
+    // Only headers and `key = value` lines are uncommented; prose between them stays a comment.
+    let setting = |line: &str| {
+        line.starts_with('[')
+            || line.split_once(" = ").is_some_and(|(key, _)| {
+                !key.is_empty() && key.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+            })
+    };
     let platforms: String = EXAMPLE[start..]
         .lines()
-        .map(|line| line.strip_prefix("# ").unwrap_or(line))
+        .map(|line| line.strip_prefix("# ").filter(|rest| setting(rest)).unwrap_or(line))
         .map(|line| format!("{line}\n"))
         .collect();
     let config = parsed(&format!("{}{platforms}", &EXAMPLE[..start])).unwrap();
@@ -81,6 +88,7 @@ fn every_section_parses() {
         allowed_users = ["1", "*"]
         dm_policy = "allowlist"
         require_mention = false
+        allowed_channels = ["-1001234567890"]
         [slack]
         dm_policy = "open"
         "#,
@@ -95,11 +103,16 @@ fn every_section_parses() {
     assert_eq!(config.agent.persona_text().unwrap(), "You are terse.");
     assert_eq!(config.gateway.busy_input, BusyInput::Interrupt);
     assert_eq!(config.gateway.health_listen, Some("127.0.0.1:9464".parse().unwrap()));
-    let telegram = config.telegram.unwrap();
+    let telegram = config.telegram.clone().unwrap();
     assert_eq!(telegram.allowed_users, ["1", "*"]);
     assert_eq!(telegram.dm_policy, DmPolicy::Allowlist);
     assert_eq!(telegram.token_env, "TELEGRAM_BOT_TOKEN");
-    assert_eq!(config.slack.unwrap().dm_policy, DmPolicy::Open);
+    assert_eq!(telegram.allowed_channels, ["-1001234567890"]);
+    let access = &config.access()[&Platform::Telegram];
+    assert!(access.admits_channel("-1001234567890") && !access.admits_channel("-1002"));
+    let slack = config.slack.unwrap();
+    assert_eq!(slack.dm_policy, DmPolicy::Open);
+    assert!(slack.allowed_channels.is_empty(), "empty: every channel");
     assert_eq!(config.discord, None);
 }
 
@@ -115,6 +128,12 @@ fn type_errors_name_key_and_line() {
     );
     check_error("\n[gateway]\nbusy_input = \"fifo\"\n", "gateway.busy_input", 3, "`queue`");
     check_error("[telegram]\nallowed_users = [12]\n", "telegram.allowed_users[0]", 2, "quoted");
+    check_error(
+        "[discord]\nallowed_channels = [123]\n",
+        "discord.allowed_channels[0]",
+        2,
+        "channel ids as quoted strings",
+    );
     check_error("[gateway]\nhealth_listen = \"9464\"\n", "gateway.health_listen", 2, "address");
     check_error("[store]\nbusy_timeout_ms = -1\n", "store.busy_timeout_ms", 2, "-1");
 }
@@ -140,6 +159,18 @@ fn value_problems_name_key_and_line() {
         "not both",
     );
     check_error("[agent]\npersona_file = \"/nowhere/p.md\"\n", "agent.persona_file", 2, "exist");
+    check_error(
+        "[slack]\nallowed_channels = [\"C1\", \"*\"]\n",
+        "slack.allowed_channels",
+        2,
+        "leave the list empty to answer in every channel",
+    );
+    check_error(
+        "[telegram]\n\nallowed_channels = [\"-100 123\"]\n",
+        "telegram.allowed_channels",
+        3,
+        "like [\"-1001234567890\"]",
+    );
     let pasted = "[telegram]\ntoken_env = \"123456:AAH-secret\"\n";
     check_error(pasted, "telegram.token_env", 2, "name of an environment variable");
     assert!(!parsed(pasted).unwrap_err().to_string().contains("secret\""));
