@@ -117,6 +117,50 @@ fn every_section_parses() {
 }
 
 #[test]
+fn the_discord_section_maps_to_the_adapter_settings() {
+    let config = parsed(
+        r#"
+        [discord]
+        token_env = "HERALD_DISCORD"
+        api_url = "http://127.0.0.1:8082/"
+        allowed_users = ["200000000000000001"]
+        dm_policy = "open"
+        require_mention = false
+        allowed_channels = ["300000000000000001"]
+        auto_thread = true
+        backfill_limit = 100
+        backfill_max_age_s = 600
+        register_commands = false
+        "#,
+    )
+    .unwrap();
+    let discord = config.discord.clone().unwrap();
+    let settings = discord.settings(&Secret::new("a-token"));
+    assert_eq!(settings.token, "a-token");
+    assert_eq!(settings.token_env, "HERALD_DISCORD");
+    assert_eq!(settings.api_url.as_deref(), Some("http://127.0.0.1:8082"));
+    assert!(settings.auto_thread && !settings.register_commands);
+    assert_eq!(settings.backfill_limit, 100);
+    assert_eq!(settings.backfill_max_age, Duration::from_secs(600));
+    assert!(!format!("{settings:?}").contains("a-token"));
+    let access = &config.access()[&Platform::Discord];
+    assert!(access.lists("200000000000000001") && !access.require_mention);
+    assert_eq!(access.dm_policy, DmPolicy::Open);
+    assert!(access.admits_channel("300000000000000001") && !access.admits_channel("3"));
+
+    let defaults = DiscordConfig::default().settings(&Secret::new("t"));
+    let expected = herald_discord::DiscordSettings::new("t");
+    assert_eq!(format!("{defaults:?}"), format!("{expected:?}"), "the same defaults");
+    for discord_itself in ["https://discord.com", "https://discord.com/", "HTTPS://Discord.com"] {
+        let section = DiscordConfig { api_url: discord_itself.into(), ..DiscordConfig::default() };
+        assert_eq!(section.settings(&Secret::new("t")).api_url, None, "{discord_itself}");
+    }
+    let proxy = DiscordConfig { api_url: "https://discord.example".into(), ..Default::default() };
+    let proxied = proxy.settings(&Secret::new("t")).api_url;
+    assert_eq!(proxied.as_deref(), Some("https://discord.example"));
+}
+
+#[test]
 fn type_errors_name_key_and_line() {
     check_error("[store]\nbusy_timout_ms = 5\n", "store.busy_timout_ms", 2, "unknown key");
     check_error("[modle]\nmodel = \"x\"\n", "modle", 1, "use one of `store`");
@@ -135,6 +179,13 @@ fn type_errors_name_key_and_line() {
         "channel ids as quoted strings",
     );
     check_error("[gateway]\nhealth_listen = \"9464\"\n", "gateway.health_listen", 2, "address");
+    check_error("[discord]\nauto_thread = \"yes\"\n", "discord.auto_thread", 2, "a boolean");
+    check_error(
+        "[discord]\nbackfill_limit = \"50\"\n",
+        "discord.backfill_limit",
+        2,
+        "whole number",
+    );
     check_error("[store]\nbusy_timeout_ms = -1\n", "store.busy_timeout_ms", 2, "-1");
 }
 
@@ -143,6 +194,16 @@ fn value_problems_name_key_and_line() {
     check_error("[model]\nbase_url = \"ftp://x\"\n", "model.base_url", 2, "https://");
     check_error("[store]\npath = \"\"\n", "store.path", 2, "is empty; remove the key");
     check_error("[discord]\napi_url = \"discord.com\"\n", "discord.api_url", 2, "http://");
+    for limit in ["0", "101"] {
+        let source = format!("[discord]\nbackfill_limit = {limit}\n");
+        check_error(&source, "discord.backfill_limit", 2, "not between 1 and 100");
+    }
+    check_error(
+        "[discord]\nbackfill_max_age_s = 0\n",
+        "discord.backfill_max_age_s",
+        2,
+        "more than 0; use a value like 86400",
+    );
     check_error("[store]\nbusy_timeout_ms = 0\n", "store.busy_timeout_ms", 2, "more than 0");
     check_error("[model]\nrequest_timeout_s = 0\n", "model.request_timeout_s", 2, "more than 0");
     check_error("[gateway]\ndrain_timeout_s = 0\n", "gateway.drain_timeout_s", 2, "more than 0");

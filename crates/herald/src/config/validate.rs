@@ -123,6 +123,17 @@ pub(crate) fn check(config: &Config, file: &Path, source: &str) -> Result<(), Co
         var("discord.token_env", &d.token_env)?;
         url("discord.api_url", &d.api_url, "https://discord.com")?;
         channels("discord.allowed_channels", &d.allowed_channels, "123456789012345678")?;
+        // Discord returns at most 100 messages in one request.
+        if !(1..=100).contains(&d.backfill_limit) {
+            return Err(at(
+                "discord.backfill_limit",
+                format!(
+                    "{} is not between 1 and 100 (Discord's most per request); use a value like 50",
+                    d.backfill_limit
+                ),
+            ));
+        }
+        positive("discord.backfill_max_age_s", d.backfill_max_age_s, "86400")?;
     }
     if let Some(s) = &config.slack {
         var("slack.bot_token_env", &s.bot_token_env)?;
