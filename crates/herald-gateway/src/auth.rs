@@ -1,5 +1,5 @@
-//! Authorization, deny by default: the allowlist, approved users, and pairing codes for
-//! unknown people writing in a direct message.
+//! Authorization, deny by default: the channels the bot answers in, the allowlist, approved
+//! users, and pairing codes for unknown people writing in a direct message.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -32,14 +32,19 @@ pub enum Verdict {
     Ignore(&'static str),
 }
 
-/// Decides whether a message reaches the agent. Unaddressed group chatter is dropped before
-/// anything is read from the store.
+/// Decides whether a message reaches the agent. Group messages outside `allowed_channels` and
+/// unaddressed group chatter are dropped before anything is read from the store.
 pub async fn authorize(
     store: &Store,
     access: &Access,
     inbound: &Inbound,
 ) -> Result<Verdict, StoreError> {
     let group = inbound.chat.kind == ChatKind::Group;
+    // A thread's `chat.id` is its parent channel, so listing a channel admits its threads.
+    // Checked before the user: a listed user is not answered in a channel left out either.
+    if group && !access.admits_channel(&inbound.chat.id) {
+        return Ok(Verdict::Ignore("group chat not in allowed_channels"));
+    }
     if group && access.require_mention && !inbound.addressed() {
         return Ok(Verdict::Ignore("group message without a mention"));
     }
@@ -142,7 +147,50 @@ impl Pairing {
 
 #[cfg(test)]
 mod tests {
+    use herald_core::{Ack, ChatRef, UserRef};
+    use herald_store::StoreOptions;
+
     use super::*;
+
+    /// A message from user `1`, mentioning the bot, in `chat`.
+    fn message(chat: ChatRef) -> Inbound {
+        Inbound {
+            id: "m1".into(),
+            chat,
+            user: UserRef::new("1"),
+            text: "hello".into(),
+            mentioned: true,
+            reply_to_bot: false,
+            ack: Ack::none(),
+        }
+    }
+
+    #[tokio::test]
+    async fn allowed_channels_limit_group_chats_and_their_threads_never_dms() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(StoreOptions::new(dir.path().join("state.db"))).await.unwrap();
+        let access = Access {
+            allowed_users: vec!["1".into()],
+            allowed_channels: vec!["10".into(), "11".into()],
+            ..Access::default()
+        };
+        let d = Platform::Discord;
+        let verdict =
+            async |access: &Access, chat| authorize(&store, access, &message(chat)).await.unwrap();
+        let listed = Verdict::Allowed(Allowed::Listed);
+        assert_eq!(verdict(&access, ChatRef::group(d, "11")).await, listed);
+        assert_eq!(verdict(&access, ChatRef::group(d, "10").in_thread("99")).await, listed);
+        assert_eq!(
+            verdict(&access, ChatRef::direct(d, "12")).await,
+            listed,
+            "DMs are not channels"
+        );
+        let elsewhere = Verdict::Ignore("group chat not in allowed_channels");
+        assert_eq!(verdict(&access, ChatRef::group(d, "12")).await, elsewhere);
+        assert_eq!(verdict(&access, ChatRef::group(d, "12").in_thread("10")).await, elsewhere);
+        let anywhere = Access { allowed_channels: Vec::new(), ..access };
+        assert_eq!(verdict(&anywhere, ChatRef::group(d, "12")).await, listed);
+    }
 
     #[test]
     fn codes_use_the_unambiguous_alphabet_and_differ() {

@@ -41,11 +41,19 @@ pub struct Access {
     pub dm_policy: DmPolicy,
     /// In groups, answer only messages that mention the bot or reply to it.
     pub require_mention: bool,
+    /// Group chats (channels) the bot answers in; empty: any. A thread counts as its parent
+    /// channel. Direct messages are never affected.
+    pub allowed_channels: Vec<String>,
 }
 
 impl Default for Access {
     fn default() -> Self {
-        Access { allowed_users: Vec::new(), dm_policy: DmPolicy::Pair, require_mention: true }
+        Access {
+            allowed_users: Vec::new(),
+            dm_policy: DmPolicy::Pair,
+            require_mention: true,
+            allowed_channels: Vec::new(),
+        }
     }
 }
 
@@ -53,6 +61,11 @@ impl Access {
     /// Whether the allowlist names this user (or everyone).
     pub fn lists(&self, user_id: &str) -> bool {
         self.allowed_users.iter().any(|u| u == "*" || u == user_id)
+    }
+
+    /// Whether the bot may answer in group chat `chat_id` (always, when no channel is listed).
+    pub fn admits_channel(&self, chat_id: &str) -> bool {
+        self.allowed_channels.is_empty() || self.allowed_channels.iter().any(|c| c == chat_id)
     }
 }
 

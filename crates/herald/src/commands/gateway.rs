@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::Context;
 use herald_agent::Provider;
 use herald_core::{Adapter, Platform};
+use herald_discord::DiscordAdapter;
 use herald_gateway::compress::CompressionSettings;
 use herald_gateway::{Gateway, GatewaySettings, Reloadable, history};
 use herald_store::Store;
@@ -19,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{error, info, warn};
 
-use crate::config::{self, Config, ConfigError, Loaded, TelegramConfig};
+use crate::config::{self, Config, ConfigError, DiscordConfig, Loaded, TelegramConfig};
 use crate::daemon::health::{self, HealthState};
 use crate::daemon::notify::{self, Notifier};
 use crate::daemon::reload;
@@ -42,7 +43,8 @@ pub async fn serve(
         return Err(ConfigError::for_key(
             loaded.path.as_deref(),
             "telegram",
-            "no platform is configured: add a [telegram] section (see `herald config example`)",
+            "no platform is configured: add a [telegram] or [discord] section (see `herald config \
+             example`)",
         )
         .into());
     }
@@ -61,12 +63,12 @@ pub async fn serve(
     if let Some(telegram) = &config.telegram {
         start(&mut gateway, &mut started, Platform::Telegram, telegram_adapter(telegram)).await?;
     }
-    for (platform, present) in
-        [(Platform::Discord, config.discord.is_some()), (Platform::Slack, config.slack.is_some())]
-    {
-        if present {
-            warn!(%platform, "this build of herald cannot run {platform} yet; the section is ignored");
-        }
+    if let Some(discord) = &config.discord {
+        start(&mut gateway, &mut started, Platform::Discord, discord_adapter(discord)).await?;
+    }
+    if config.slack.is_some() {
+        let platform = Platform::Slack;
+        warn!(%platform, "this build of herald cannot run {platform} yet; the section is ignored");
     }
     if started.is_empty() {
         anyhow::bail!("no platform could start; see the errors above");
@@ -173,6 +175,13 @@ fn telegram_adapter(section: &TelegramConfig) -> Result<TelegramAdapter, String>
     let token = config::resolve(&section.token_env)
         .map_err(|missing| format!("{missing} (telegram.token_env names the variable)"))?;
     Ok(TelegramAdapter::new(TelegramSettings::new(token.expose(), &section.api_url)))
+}
+
+/// The Discord adapter of `[discord]`, or why it cannot be built.
+fn discord_adapter(section: &DiscordConfig) -> Result<DiscordAdapter, String> {
+    let token = config::resolve(&section.token_env)
+        .map_err(|missing| format!("{missing} (discord.token_env names the variable)"))?;
+    Ok(DiscordAdapter::new(section.settings(&token)))
 }
 
 /// Resolves on the first SIGTERM or SIGINT.

@@ -105,6 +105,9 @@ fn explain(message: &str, key: Option<&str>) -> String {
     if key.is_some_and(|k| k.contains("allowed_users")) {
         return format!("{message}; write user ids as quoted strings, like [\"123456789\"]");
     }
+    if key.is_some_and(|k| k.contains("allowed_channels")) {
+        return format!("{message}; write channel ids as quoted strings, like [\"123456789\"]");
+    }
     if key.is_some_and(|k| k.ends_with("health_listen")) {
         return format!("{message}; write an address and port, like \"127.0.0.1:9464\"");
     }

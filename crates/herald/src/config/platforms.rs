@@ -1,11 +1,16 @@
 //! The platform sections: `[telegram]`, `[discord]` and `[slack]`.
 
+use std::time::Duration;
+
 use herald_core::Platform;
+use herald_discord::DiscordSettings;
 use herald_gateway::{Access, DmPolicy};
 use serde::Deserialize;
 
-/// What every platform section has in common: the access rules `allowed_users`, `dm_policy`
-/// and `require_mention`, read and reloaded the same way for each platform.
+use super::Secret;
+
+/// What every platform section has in common: the access rules `allowed_users`, `dm_policy`,
+/// `require_mention` and `allowed_channels`, read and reloaded the same way for each platform.
 ///
 /// The rules stay plain fields of each section rather than one `#[serde(flatten)]` struct:
 /// serde's flatten drops the key path and line of an error inside it, and every config error
@@ -14,7 +19,7 @@ pub trait PlatformSection {
     /// The platform the section configures.
     const PLATFORM: Platform;
     /// The dotted keys of the access rules, for the reload report.
-    const ACCESS_KEYS: [&'static str; 3];
+    const ACCESS_KEYS: [&'static str; 4];
 
     /// The section's access rules, as the gateway applies them.
     fn access(&self) -> Access;
@@ -27,10 +32,11 @@ macro_rules! platform_section {
     ($section:ty, $platform:expr, $name:literal) => {
         impl PlatformSection for $section {
             const PLATFORM: Platform = $platform;
-            const ACCESS_KEYS: [&'static str; 3] = [
+            const ACCESS_KEYS: [&'static str; 4] = [
                 concat!($name, ".allowed_users"),
                 concat!($name, ".dm_policy"),
                 concat!($name, ".require_mention"),
+                concat!($name, ".allowed_channels"),
             ];
 
             fn access(&self) -> Access {
@@ -38,14 +44,16 @@ macro_rules! platform_section {
                     allowed_users: self.allowed_users.clone(),
                     dm_policy: self.dm_policy,
                     require_mention: self.require_mention,
+                    allowed_channels: self.allowed_channels.clone(),
                 }
             }
 
             fn set_access(&mut self, access: Access) {
-                let Access { allowed_users, dm_policy, require_mention } = access;
+                let Access { allowed_users, dm_policy, require_mention, allowed_channels } = access;
                 self.allowed_users = allowed_users;
                 self.dm_policy = dm_policy;
                 self.require_mention = require_mention;
+                self.allowed_channels = allowed_channels;
             }
         }
     };
@@ -69,6 +77,8 @@ pub struct TelegramConfig {
     pub dm_policy: DmPolicy,
     /// In groups, answer only when mentioned or replied to.
     pub require_mention: bool,
+    /// Group chat ids the bot answers in (a forum topic counts as its group); empty: any.
+    pub allowed_channels: Vec<String>,
 }
 
 impl Default for TelegramConfig {
@@ -79,6 +89,7 @@ impl Default for TelegramConfig {
             allowed_users: Vec::new(),
             dm_policy: DmPolicy::Pair,
             require_mention: true,
+            allowed_channels: Vec::new(),
         }
     }
 }
@@ -89,7 +100,7 @@ impl Default for TelegramConfig {
 pub struct DiscordConfig {
     /// The environment variable holding the bot token.
     pub token_env: String,
-    /// The Discord API root.
+    /// The Discord API root (a proxy, or the fake in trials and tests).
     pub api_url: String,
     /// Platform user ids allowed to talk to the bot; `"*"` allows everyone.
     pub allowed_users: Vec<String>,
@@ -97,17 +108,59 @@ pub struct DiscordConfig {
     pub dm_policy: DmPolicy,
     /// In servers, answer only when mentioned or replied to.
     pub require_mention: bool,
+    /// Server channel ids the bot answers in (a thread counts as its parent); empty: any.
+    pub allowed_channels: Vec<String>,
+    /// A mention in a server channel opens a thread on the message, where the talk goes on.
+    pub auto_thread: bool,
+    /// At most this many messages per channel are fetched after a gap (1 to 100).
+    pub backfill_limit: u32,
+    /// Messages older than this are not fetched after a gap, in seconds.
+    pub backfill_max_age_s: u64,
+    /// Register the slash commands with Discord at start (only when the set changed).
+    pub register_commands: bool,
 }
 
 impl Default for DiscordConfig {
     fn default() -> Self {
         DiscordConfig {
             token_env: "DISCORD_BOT_TOKEN".into(),
-            api_url: "https://discord.com".into(),
+            api_url: DISCORD_API.into(),
             allowed_users: Vec::new(),
             dm_policy: DmPolicy::Pair,
             require_mention: true,
+            allowed_channels: Vec::new(),
+            auto_thread: false,
+            backfill_limit: 50,
+            backfill_max_age_s: 24 * 3600,
+            register_commands: true,
         }
+    }
+}
+
+/// Discord itself, where the adapter needs no `api_url`.
+const DISCORD_API: &str = "https://discord.com";
+
+impl DiscordConfig {
+    /// The adapter's settings, with `token` read from the variable `token_env` names.
+    pub fn settings(&self, token: &Secret) -> DiscordSettings {
+        DiscordSettings {
+            api_url: self.custom_api_url(),
+            token_env: self.token_env.clone(),
+            auto_thread: self.auto_thread,
+            // Validated to 1..=100 when the file loads; clamped so that it fits whatever built it.
+            backfill_limit: u8::try_from(self.backfill_limit.clamp(1, 100)).unwrap_or(100),
+            backfill_max_age: Duration::from_secs(self.backfill_max_age_s),
+            register_commands: self.register_commands,
+            ..DiscordSettings::new(token.expose())
+        }
+    }
+
+    /// `api_url` without a trailing slash, when it is not Discord itself: the adapter turns
+    /// serenity's own rate limiter off for another root, so Discord's URL (with or without a
+    /// trailing slash) must not count as one.
+    fn custom_api_url(&self) -> Option<String> {
+        let url = self.api_url.trim_end_matches('/');
+        (!url.eq_ignore_ascii_case(DISCORD_API)).then(|| url.to_owned())
     }
 }
 
@@ -127,6 +180,8 @@ pub struct SlackConfig {
     pub dm_policy: DmPolicy,
     /// In channels, answer only when mentioned or replied to.
     pub require_mention: bool,
+    /// Channel ids the app answers in (a thread counts as its channel); empty: any.
+    pub allowed_channels: Vec<String>,
 }
 
 impl Default for SlackConfig {
@@ -138,6 +193,7 @@ impl Default for SlackConfig {
             allowed_users: Vec::new(),
             dm_policy: DmPolicy::Pair,
             require_mention: true,
+            allowed_channels: Vec::new(),
         }
     }
 }

@@ -42,9 +42,16 @@ fn the_example_is_valid_and_all_defaults() {
 #[test]
 fn the_example_platforms_uncommented_are_valid_defaults() {
     let start = EXAMPLE.find("# [telegram]").expect("the example has a telegram section");
+    // Only headers and `key = value` lines are uncommented; prose between them stays a comment.
+    let setting = |line: &str| {
+        line.starts_with('[')
+            || line.split_once(" = ").is_some_and(|(key, _)| {
+                !key.is_empty() && key.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+            })
+    };
     let platforms: String = EXAMPLE[start..]
         .lines()
-        .map(|line| line.strip_prefix("# ").unwrap_or(line))
+        .map(|line| line.strip_prefix("# ").filter(|rest| setting(rest)).unwrap_or(line))
         .map(|line| format!("{line}\n"))
         .collect();
     let config = parsed(&format!("{}{platforms}", &EXAMPLE[..start])).unwrap();
@@ -81,6 +88,7 @@ fn every_section_parses() {
         allowed_users = ["1", "*"]
         dm_policy = "allowlist"
         require_mention = false
+        allowed_channels = ["-1001234567890"]
         [slack]
         dm_policy = "open"
         "#,
@@ -95,12 +103,61 @@ fn every_section_parses() {
     assert_eq!(config.agent.persona_text().unwrap(), "You are terse.");
     assert_eq!(config.gateway.busy_input, BusyInput::Interrupt);
     assert_eq!(config.gateway.health_listen, Some("127.0.0.1:9464".parse().unwrap()));
-    let telegram = config.telegram.unwrap();
+    let telegram = config.telegram.clone().unwrap();
     assert_eq!(telegram.allowed_users, ["1", "*"]);
     assert_eq!(telegram.dm_policy, DmPolicy::Allowlist);
     assert_eq!(telegram.token_env, "TELEGRAM_BOT_TOKEN");
-    assert_eq!(config.slack.unwrap().dm_policy, DmPolicy::Open);
+    assert_eq!(telegram.allowed_channels, ["-1001234567890"]);
+    let access = &config.access()[&Platform::Telegram];
+    assert!(access.admits_channel("-1001234567890") && !access.admits_channel("-1002"));
+    let slack = config.slack.unwrap();
+    assert_eq!(slack.dm_policy, DmPolicy::Open);
+    assert!(slack.allowed_channels.is_empty(), "empty: every channel");
     assert_eq!(config.discord, None);
+}
+
+#[test]
+fn the_discord_section_maps_to_the_adapter_settings() {
+    let config = parsed(
+        r#"
+        [discord]
+        token_env = "HERALD_DISCORD"
+        api_url = "http://127.0.0.1:8082/"
+        allowed_users = ["200000000000000001"]
+        dm_policy = "open"
+        require_mention = false
+        allowed_channels = ["300000000000000001"]
+        auto_thread = true
+        backfill_limit = 100
+        backfill_max_age_s = 600
+        register_commands = false
+        "#,
+    )
+    .unwrap();
+    let discord = config.discord.clone().unwrap();
+    let settings = discord.settings(&Secret::new("a-token"));
+    assert_eq!(settings.token, "a-token");
+    assert_eq!(settings.token_env, "HERALD_DISCORD");
+    assert_eq!(settings.api_url.as_deref(), Some("http://127.0.0.1:8082"));
+    assert!(settings.auto_thread && !settings.register_commands);
+    assert_eq!(settings.backfill_limit, 100);
+    assert_eq!(settings.backfill_max_age, Duration::from_secs(600));
+    assert!(!format!("{settings:?}").contains("a-token"));
+    let access = &config.access()[&Platform::Discord];
+    assert!(access.lists("200000000000000001") && !access.require_mention);
+    assert_eq!(access.dm_policy, DmPolicy::Open);
+    assert!(access.admits_channel("300000000000000001") && !access.admits_channel("3"));
+
+    let defaults = DiscordConfig::default().settings(&Secret::new("t"));
+    let expected = herald_discord::DiscordSettings::new("t");
+    assert_eq!(format!("{defaults:?}"), format!("{expected:?}"), "the same defaults");
+    for discord_itself in ["https://discord.com", "https://discord.com/", "HTTPS://Discord.com"] {
+        let section = DiscordConfig { api_url: discord_itself.into(), ..DiscordConfig::default() };
+        assert_eq!(section.settings(&Secret::new("t")).api_url, None, "{discord_itself}");
+    }
+    let proxy = DiscordConfig { api_url: "https://discord.example".into(), ..Default::default() };
+    let proxied = proxy.settings(&Secret::new("t")).api_url;
+    assert_eq!(proxied.as_deref(), Some("https://discord.example"));
 }
 
 #[test]
@@ -115,7 +172,20 @@ fn type_errors_name_key_and_line() {
     );
     check_error("\n[gateway]\nbusy_input = \"fifo\"\n", "gateway.busy_input", 3, "`queue`");
     check_error("[telegram]\nallowed_users = [12]\n", "telegram.allowed_users[0]", 2, "quoted");
+    check_error(
+        "[discord]\nallowed_channels = [123]\n",
+        "discord.allowed_channels[0]",
+        2,
+        "channel ids as quoted strings",
+    );
     check_error("[gateway]\nhealth_listen = \"9464\"\n", "gateway.health_listen", 2, "address");
+    check_error("[discord]\nauto_thread = \"yes\"\n", "discord.auto_thread", 2, "a boolean");
+    check_error(
+        "[discord]\nbackfill_limit = \"50\"\n",
+        "discord.backfill_limit",
+        2,
+        "whole number",
+    );
     check_error("[store]\nbusy_timeout_ms = -1\n", "store.busy_timeout_ms", 2, "-1");
 }
 
@@ -124,6 +194,16 @@ fn value_problems_name_key_and_line() {
     check_error("[model]\nbase_url = \"ftp://x\"\n", "model.base_url", 2, "https://");
     check_error("[store]\npath = \"\"\n", "store.path", 2, "is empty; remove the key");
     check_error("[discord]\napi_url = \"discord.com\"\n", "discord.api_url", 2, "http://");
+    for limit in ["0", "101"] {
+        let source = format!("[discord]\nbackfill_limit = {limit}\n");
+        check_error(&source, "discord.backfill_limit", 2, "not between 1 and 100");
+    }
+    check_error(
+        "[discord]\nbackfill_max_age_s = 0\n",
+        "discord.backfill_max_age_s",
+        2,
+        "more than 0; use a value like 86400",
+    );
     check_error("[store]\nbusy_timeout_ms = 0\n", "store.busy_timeout_ms", 2, "more than 0");
     check_error("[model]\nrequest_timeout_s = 0\n", "model.request_timeout_s", 2, "more than 0");
     check_error("[gateway]\ndrain_timeout_s = 0\n", "gateway.drain_timeout_s", 2, "more than 0");
@@ -140,6 +220,18 @@ fn value_problems_name_key_and_line() {
         "not both",
     );
     check_error("[agent]\npersona_file = \"/nowhere/p.md\"\n", "agent.persona_file", 2, "exist");
+    check_error(
+        "[slack]\nallowed_channels = [\"C1\", \"*\"]\n",
+        "slack.allowed_channels",
+        2,
+        "leave the list empty to answer in every channel",
+    );
+    check_error(
+        "[telegram]\n\nallowed_channels = [\"-100 123\"]\n",
+        "telegram.allowed_channels",
+        3,
+        "like [\"-1001234567890\"]",
+    );
     let pasted = "[telegram]\ntoken_env = \"123456:AAH-secret\"\n";
     check_error(pasted, "telegram.token_env", 2, "name of an environment variable");
     assert!(!parsed(pasted).unwrap_err().to_string().contains("secret\""));

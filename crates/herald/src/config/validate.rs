@@ -1,5 +1,5 @@
 //! The checks that types alone cannot make: positive timeouts, http(s) URLs, variable
-//! names, and keys that exclude each other.
+//! names, channel ids, and keys that exclude each other.
 
 use std::path::Path;
 
@@ -28,6 +28,23 @@ pub(crate) fn check(config: &Config, file: &Path, source: &str) -> Result<(), Co
              secret itself; put the secret in that variable"
                 .to_owned(),
         )),
+    };
+    // `"*"` would read as "every channel", which is what the empty list already says.
+    let channels = |key: &str, ids: &[String], example: &str| {
+        let bad = ids.iter().find(|id| id.is_empty() || id.contains(char::is_whitespace));
+        match (ids.iter().any(|id| id == "*"), bad) {
+            (true, _) => Err(at(
+                key,
+                "\"*\" is not a channel id; leave the list empty to answer in every channel".into(),
+            )),
+            (false, Some(id)) => Err(at(
+                key,
+                format!(
+                    "\"{id}\" is not a channel id; write ids without spaces, like [\"{example}\"]"
+                ),
+            )),
+            (false, None) => Ok(()),
+        }
     };
 
     let store = &config.store;
@@ -100,15 +117,29 @@ pub(crate) fn check(config: &Config, file: &Path, source: &str) -> Result<(), Co
     if let Some(t) = &config.telegram {
         var("telegram.token_env", &t.token_env)?;
         url("telegram.api_url", &t.api_url, "https://api.telegram.org")?;
+        channels("telegram.allowed_channels", &t.allowed_channels, "-1001234567890")?;
     }
     if let Some(d) = &config.discord {
         var("discord.token_env", &d.token_env)?;
         url("discord.api_url", &d.api_url, "https://discord.com")?;
+        channels("discord.allowed_channels", &d.allowed_channels, "123456789012345678")?;
+        // Discord returns at most 100 messages in one request.
+        if !(1..=100).contains(&d.backfill_limit) {
+            return Err(at(
+                "discord.backfill_limit",
+                format!(
+                    "{} is not between 1 and 100 (Discord's most per request); use a value like 50",
+                    d.backfill_limit
+                ),
+            ));
+        }
+        positive("discord.backfill_max_age_s", d.backfill_max_age_s, "86400")?;
     }
     if let Some(s) = &config.slack {
         var("slack.bot_token_env", &s.bot_token_env)?;
         var("slack.app_token_env", &s.app_token_env)?;
         url("slack.api_url", &s.api_url, "https://slack.com/api")?;
+        channels("slack.allowed_channels", &s.allowed_channels, "C0123456789")?;
     }
     Ok(())
 }

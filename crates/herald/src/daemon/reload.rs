@@ -1,5 +1,5 @@
 //! SIGHUP: the config file read again and what is safe applied at once (who may talk to the
-//! bot, the persona of new sessions); every other change is named as waiting for a restart.
+//! bot and where, the persona of new sessions); every other change is named as waiting for a restart.
 //! A file that does not load is one error in the log, and the running settings stay.
 
 use std::path::{Path, PathBuf};
@@ -103,11 +103,12 @@ fn take_access<S: PlatformSection>(
 ) {
     let (Some(running), Some(new)) = (running, new) else { return };
     let (old, new) = (running.access(), new.access());
-    let [allowed_users, dm_policy, require_mention] = S::ACCESS_KEYS;
+    let [allowed_users, dm_policy, require_mention, allowed_channels] = S::ACCESS_KEYS;
     for (key, differs) in [
         (allowed_users, old.allowed_users != new.allowed_users),
         (dm_policy, old.dm_policy != new.dm_policy),
         (require_mention, old.require_mention != new.require_mention),
+        (allowed_channels, old.allowed_channels != new.allowed_channels),
     ] {
         if differs {
             changed.push(key);
@@ -224,19 +225,30 @@ mod tests {
         assert!(settings.access(Platform::Discord).lists("7"));
         assert_eq!(settings.access(Platform::Slack).dm_policy, herald_gateway::DmPolicy::Open);
         let new = parse(
-            "[telegram]\n[discord]\nallowed_users = [\"7\", \"8\"]\n\
-             [slack]\ndm_policy = \"open\"\nrequire_mention = false\n",
+            "[telegram]\nallowed_channels = [\"-100\"]\n\
+             [discord]\nallowed_users = [\"7\", \"8\"]\n\
+             [slack]\ndm_policy = \"open\"\nrequire_mention = false\n\
+             allowed_channels = [\"C1\"]\n",
         );
         let changes = apply(&mut running, new, &settings).expect("applied");
         assert_eq!(
             changes,
             Changes {
-                applied: vec!["discord.allowed_users", "slack.require_mention"],
+                applied: vec![
+                    "telegram.allowed_channels",
+                    "discord.allowed_users",
+                    "slack.require_mention",
+                    "slack.allowed_channels"
+                ],
                 restart: vec![]
             }
         );
         assert!(settings.access(Platform::Discord).lists("8"));
         assert!(!settings.access(Platform::Slack).require_mention);
+        assert!(settings.access(Platform::Slack).admits_channel("C1"));
+        assert!(!settings.access(Platform::Slack).admits_channel("C2"));
+        assert!(!settings.access(Platform::Telegram).admits_channel("-200"));
+        assert!(settings.access(Platform::Discord).admits_channel("any"));
     }
 
     #[test]

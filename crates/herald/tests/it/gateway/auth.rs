@@ -1,8 +1,9 @@
 //! Deny by default: pairing codes for unknown DMs, silence for unknown group members and
-//! unaddressed group chatter.
+//! unaddressed group chatter, and for every group outside `allowed_channels`.
 
 use herald_fakes::telegram::UserMessage;
 
+use super::reload::edit_config;
 use super::{Daemon, settle};
 
 fn code_in(text: &str) -> String {
@@ -118,4 +119,30 @@ async fn groups_answer_only_known_users_who_mention_the_bot() {
     assert_eq!(sent_now.len(), 1, "{sent_now:?}");
     assert_eq!(sent[0].text, "echo: answer me");
     assert_eq!(d.model.request_count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn allowed_channels_keep_the_bot_to_listed_groups_and_reload_at_once() {
+    let d = Daemon::start("").await;
+    d.telegram.inject(UserMessage::group(-43, 1001, "anywhere?").mention());
+    assert_eq!(d.replies(-43, 1).await[0].text, "echo: anywhere?", "no list: every group");
+
+    let allowlist = "allowed_users = [\"1001\", \"1002\", \"1003\"]";
+    edit_config(&d, allowlist, &format!("{allowlist}\nallowed_channels = [\"-42\"]"));
+    d.signal("HUP");
+    d.wait_log("telegram.allowed_channels", 1).await;
+    d.telegram.inject(UserMessage::group(-43, 1001, "still here?").mention());
+    d.telegram.inject(UserMessage::group(-42, 1001, "and here?").mention());
+    assert_eq!(d.replies(-42, 1).await[0].text, "echo: and here?");
+    d.telegram.dm(1001, "a DM is no channel");
+    assert_eq!(d.replies(1001, 1).await[0].text, "echo: a DM is no channel");
+    settle().await;
+    assert_eq!(d.telegram.sent_to(-43).len(), 1, "a group not listed is not answered");
+    assert_eq!(d.model.request_count(), 3, "the model never saw the ignored message");
+
+    edit_config(&d, "[\"-42\"]", "[\"-43\"]");
+    d.signal("HUP");
+    d.wait_log("telegram.allowed_channels", 2).await;
+    d.telegram.inject(UserMessage::group(-43, 1001, "now?").mention());
+    assert_eq!(d.replies(-43, 2).await[1].text, "echo: now?");
 }

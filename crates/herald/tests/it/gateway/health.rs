@@ -1,5 +1,5 @@
 //! `gateway.health_listen`: `/healthz` follows the platform's connection, `/metrics` counts
-//! what the daemon did.
+//! what the daemon did; a platform that cannot start is named while the others run.
 
 use std::time::{Duration, Instant};
 
@@ -106,6 +106,18 @@ async fn a_taken_health_address_stops_the_daemon_at_startup() {
     let run = d.herald(&["gateway"]);
     let line = run.fails(1);
     assert!(line.contains("gateway.health_listen") && line.contains(&addr.to_string()), "{line}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_discord_section_without_its_token_is_named_and_telegram_goes_on() {
+    let mut d = Daemon::start("").await;
+    d.reconfigure(&[("discord", "token_env", "\"HERALD_TEST_DISCORD\"")]).await;
+    d.wait_log("HERALD_TEST_DISCORD is not set", 1).await;
+    assert!(d.logs().contains("discord.token_env names the variable"), "{}", d.logs());
+    assert!(!d.logs().contains("cannot run discord yet"), "{}", d.logs());
+    d.telegram.dm(1001, "still here?");
+    assert_eq!(d.replies(1001, 1).await[0].text, "echo: still here?");
+    assert_eq!(d.stop().await, 0, "{}", d.logs());
 }
 
 #[tokio::test(flavor = "multi_thread")]

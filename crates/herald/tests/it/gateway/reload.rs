@@ -4,7 +4,7 @@
 use super::Daemon;
 
 /// Rewrites the daemon's config file with `from` replaced by `to`.
-fn edit_config(d: &Daemon, from: &str, to: &str) {
+pub(super) fn edit_config(d: &Daemon, from: &str, to: &str) {
     let text = std::fs::read_to_string(&d.world.config).unwrap();
     assert!(text.contains(from), "{from:?} not in\n{text}");
     std::fs::write(&d.world.config, text.replace(from, to)).unwrap();
