@@ -8,9 +8,9 @@ use std::time::Duration;
 use anyhow::Context;
 use herald_agent::{ChatRequest, Completion, Message, Provider, ProviderError};
 use herald_core::Platform;
+use herald_discord::{DiscordAdapter, DiscordSettings};
 use herald_gateway::{Access, Gateway, GatewaySettings, history};
 use herald_store::{Store, StoreOptions};
-use herald_discord::{DiscordAdapter, DiscordSettings};
 use herald_telegram::{TelegramAdapter, TelegramSettings};
 
 use super::BenchPlatform;

@@ -55,6 +55,30 @@ impl Fake {
         }
     }
 
+    /// Waits until the gateway is connected and can hear a message written now: Telegram keeps
+    /// updates until they are polled, Discord only dispatches to a session that is up.
+    pub(super) async fn wait_connected(
+        &self,
+        daemon: &mut tokio::process::Child,
+    ) -> anyhow::Result<()> {
+        let Fake::Discord(fake) = self else { return Ok(()) };
+        let started = std::time::Instant::now();
+        while fake.identifies().is_empty() {
+            anyhow::ensure!(
+                daemon.try_wait()?.is_none(),
+                "the gateway process exited before it connected"
+            );
+            anyhow::ensure!(
+                started.elapsed() < Duration::from_secs(30),
+                "the gateway never connected to the fake Discord"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // READY follows IDENTIFY at once; the adapter reads messages from its handler on.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        Ok(())
+    }
+
     /// `user` writes `text` to the bot in a direct message.
     pub(super) fn dm(&self, user: i64, text: &str) {
         match self {

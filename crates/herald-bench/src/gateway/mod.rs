@@ -85,6 +85,7 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<Outcome> {
         .context("could not spawn the gateway process")?;
     let stop = daemon.stdin.take().context("the gateway process has no stdin")?;
     let pid = daemon.id().context("the gateway process has no pid")?;
+    fake.wait_connected(&mut daemon).await?;
     // Warm up: one message through, so connection set-up is not measured.
     fake.dm(1, "warm-up");
     let warm = fake.wait_sent_after(0, Duration::from_secs(30)).await;

@@ -145,6 +145,17 @@ async fn put_commands(
         command["id"] = json!(id.to_string());
         command["application_id"] = json!(FakeDiscord::BOT_ID.to_string());
         command["version"] = json!(id.to_string());
+        // Discord answers with the whole object: the fields a client may leave out filled in.
+        for (field, default) in [
+            ("type", json!(1)),
+            ("default_member_permissions", Value::Null),
+            ("options", json!([])),
+            ("nsfw", json!(false)),
+        ] {
+            if command.get(field).is_none() {
+                command[field] = default;
+            }
+        }
         stored.push(command);
     }
     state.commands = stored.clone();
