@@ -381,30 +381,5 @@ pub(crate) fn strip_mentions(text: &str, bot: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn mentions_of_the_bot_are_removed_and_escapes_undone() {
-        let check = |text: &str, expected: &str| assert_eq!(strip_mentions(text, "UB"), expected);
-        check("<@UB> hello", "hello");
-        check("hi <@UB|herald> there", "hi there");
-        check("<@UB>", "");
-        check("<@UBX> stays", "<@UBX> stays");
-        check("a &lt;b&gt; &amp;amp;", "a <b> &amp;");
-        check("<@UB> привет 你好", "привет 你好");
-        assert!(mentions("x <@UB|herald>", "UB"));
-        assert!(!mentions("x <@UBX>", "UB"));
-    }
-
-    #[test]
-    fn recent_maps_forget_the_oldest() {
-        let mut recent = Recent::default();
-        for n in 0..REMEMBERED + 2 {
-            recent.insert(n, ());
-        }
-        assert!(recent.get(&0).is_none());
-        assert!(recent.get(&1).is_none());
-        assert!(recent.get(&(REMEMBERED + 1)).is_some());
-    }
-}
+#[path = "intake_tests.rs"]
+mod tests;
