@@ -76,12 +76,18 @@ impl Harness {
             .expect("the adapter is running")
     }
 
-    async fn connected(&mut self) {
+    /// Waits for `Connected`; whether `Retrying` came before it.
+    async fn connected(&mut self) -> bool {
+        let mut retried = false;
         loop {
             match self.event().await {
                 AdapterEvent::Connected { bot } => {
                     assert_eq!(bot, FakeSlack::BOT_NAME);
-                    return;
+                    return retried;
+                }
+                AdapterEvent::Retrying { error, .. } => {
+                    assert!(!error.contains(FakeSlack::APP_TOKEN), "{error}");
+                    retried = true;
                 }
                 AdapterEvent::Inbound(inbound) => panic!("not connected yet: {inbound:?}"),
                 _ => {}
@@ -299,12 +305,14 @@ async fn messages_still_come_after_a_disconnect_and_an_abrupt_close() {
     let mut h = Harness::start().await;
     h.fake.disconnect(DisconnectReason::RefreshRequested);
     h.fake.dm("U5", "after the refresh");
+    h.connected().await;
     let first = h.inbound().await;
     assert_eq!(first.text, "after the refresh");
     first.ack.settle();
     h.all_acknowledged().await;
     h.fake.drop_connections();
     h.fake.dm("U5", "after the drop");
+    assert!(h.connected().await, "the lost connection is reported");
     let second = h.inbound().await;
     assert_eq!(second.text, "after the drop");
     second.ack.settle();
