@@ -1,0 +1,201 @@
+//! Replies on their way out: converted to mrkdwn, split at [`MAX_MESSAGE_LEN`] characters
+//! outside code fences, posted into the chat's thread when it has one, retried on 429 (after
+//! Slack's `Retry-After`), 5xx and lost connections. The working reaction stands in for a
+//! typing indicator, which Slack does not give bots.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use herald_core::{ChatRef, LengthUnit, Outbound, SendError, SentId, backoff, chunk};
+use slack_morphism::api::{
+    SlackApiChatPostMessageRequest, SlackApiChatUpdateRequest, SlackApiReactionsAddRequest,
+    SlackApiReactionsRemoveRequest,
+};
+use slack_morphism::errors::SlackClientError;
+use slack_morphism::hyper_tokio::SlackHyperClient;
+use slack_morphism::prelude::ValueStruct;
+use slack_morphism::{SlackApiToken, SlackMessageContent};
+use tracing::{debug, warn};
+
+use crate::error::{Failure, Secrets, classify};
+use crate::intake::Intake;
+use crate::markup::to_mrkdwn;
+use crate::{MAX_MESSAGE_LEN, SlackSettings};
+
+/// The reaction that says "working on it".
+pub(crate) const WORKING: &str = "hourglass_flowing_sand";
+
+/// Carries the gateway's requests to Slack.
+#[derive(Debug, Clone)]
+pub(crate) struct Sender {
+    pub(crate) client: Arc<SlackHyperClient>,
+    pub(crate) token: SlackApiToken,
+    pub(crate) intake: Arc<Intake>,
+    pub(crate) settings: Arc<SlackSettings>,
+    pub(crate) secrets: Secrets,
+}
+
+/// The `thread_ts` of a chat's thread: the thread itself, or the part after the colon of a
+/// message id (`channel:ts`) used as one.
+fn thread_ts(thread: &str) -> &str {
+    thread.rsplit(':').next().unwrap_or(thread)
+}
+
+impl Sender {
+    /// Serves one request; a send's outcome goes back on its `done` channel.
+    pub(crate) async fn handle(&self, request: Outbound) {
+        match request {
+            Outbound::Send { chat, text, done, .. } => {
+                let result = self.send(&chat, &text).await;
+                match &result {
+                    Ok(ids) => debug!(chat = %chat.id, messages = ids.len(), "reply sent"),
+                    Err(e) => warn!(chat = %chat.id, error = %e, "a reply was not delivered"),
+                }
+                self.done_working(&chat).await;
+                if let Some(done) = done {
+                    let _ = done.send(result);
+                }
+            }
+            Outbound::Edit { chat, message, text } => {
+                if let Err(e) = self.edit(&chat, &message, &text).await {
+                    warn!(chat = %chat.id, error = %e, "could not edit a message");
+                }
+            }
+            Outbound::Typing { chat } => self.working(&chat).await,
+        }
+    }
+
+    async fn send(&self, chat: &ChatRef, markdown: &str) -> Result<Vec<SentId>, SendError> {
+        let parts = chunk(&to_mrkdwn(markdown), MAX_MESSAGE_LEN, LengthUnit::Chars);
+        if parts.is_empty() {
+            return Err(SendError::Rejected("the reply is empty".into()));
+        }
+        let thread = chat.thread.as_deref().map(thread_ts);
+        let mut sent = Vec::with_capacity(parts.len());
+        for part in parts {
+            let request = SlackApiChatPostMessageRequest::new(
+                chat.id.clone().into(),
+                SlackMessageContent::new().with_text(part),
+            )
+            .opt_thread_ts(thread.map(|t| t.to_owned().into()))
+            // Text only: no `@name` linked, no broadcast parsed from it.
+            .with_link_names(false)
+            .with_parse("none".into());
+            let posted = self
+                .retrying("chat.postMessage", || async {
+                    self.client.open_session(&self.token).chat_post_message(&request).await
+                })
+                .await?;
+            sent.push(posted.ts.value().clone());
+        }
+        if let Some(thread) = thread {
+            self.intake.follow(&chat.id, thread);
+        }
+        Ok(sent)
+    }
+
+    async fn edit(&self, chat: &ChatRef, message: &str, markdown: &str) -> Result<(), SendError> {
+        let text = chunk(&to_mrkdwn(markdown), MAX_MESSAGE_LEN, LengthUnit::Chars)
+            .into_iter()
+            .next()
+            .ok_or_else(|| SendError::Rejected("the new text is empty".into()))?;
+        let request = SlackApiChatUpdateRequest::new(
+            chat.id.clone().into(),
+            SlackMessageContent::new().with_text(text),
+            message.to_owned().into(),
+        )
+        .with_link_names(false)
+        .with_parse("none".into());
+        self.retrying("chat.update", || async {
+            self.client.open_session(&self.token).chat_update(&request).await
+        })
+        .await
+        .map(drop)
+    }
+
+    /// Puts the working reaction on the chat's newest message, once.
+    async fn working(&self, chat: &ChatRef) {
+        let Some((channel, ts)) = self.intake.start_working(chat) else { return };
+        let request =
+            SlackApiReactionsAddRequest::new(channel.into(), WORKING.into(), ts.clone().into());
+        let added = self
+            .attempts("reactions.add", || async {
+                self.client.open_session(&self.token).reactions_add(&request).await
+            })
+            .await;
+        match added {
+            Ok(_) => {}
+            Err(failure) if failure.code() == Some("already_reacted") => {}
+            Err(failure) => {
+                self.intake.stop_working(chat);
+                debug!(chat = %chat.id, error = failure.text(), "no working reaction shown");
+            }
+        }
+    }
+
+    /// Takes the working reaction off again, now that the chat got its answer.
+    async fn done_working(&self, chat: &ChatRef) {
+        let Some((channel, ts)) = self.intake.stop_working(chat) else { return };
+        let request = SlackApiReactionsRemoveRequest::new(WORKING.into())
+            .with_channel(channel.into())
+            .with_timestamp(ts.into());
+        let removed = self
+            .attempts("reactions.remove", || async {
+                self.client.open_session(&self.token).reactions_remove(&request).await
+            })
+            .await;
+        if let Err(failure) = removed
+            && failure.code() != Some("no_reaction")
+        {
+            debug!(chat = %chat.id, error = failure.text(), "the working reaction stayed");
+        }
+    }
+
+    /// Calls Slack until it answers, refuses, or the attempts run out.
+    async fn retrying<T, F, Fut>(&self, method: &str, call: F) -> Result<T, SendError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, SlackClientError>>,
+    {
+        self.attempts(method, call).await.map_err(|failure| match failure {
+            Failure::Refused { error, .. } => SendError::Rejected(error),
+            Failure::Retry { error, .. } => SendError::Unreachable(error),
+        })
+    }
+
+    async fn attempts<T, F, Fut>(&self, method: &str, call: F) -> Result<T, Failure>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, SlackClientError>>,
+    {
+        let settings = &self.settings;
+        let mut attempt = 0;
+        loop {
+            let failure = match call().await {
+                Ok(value) => return Ok(value),
+                Err(e) => classify(&e, method, &self.secrets),
+            };
+            attempt += 1;
+            let Failure::Retry { error, after } = &failure else { return Err(failure) };
+            if attempt >= settings.send_attempts.max(1) {
+                return Err(failure);
+            }
+            // Slack's Retry-After is a floor, never shortened by the cap.
+            let wait =
+                backoff(attempt - 1, None, settings.max_backoff).max(after.unwrap_or_default());
+            debug!(%error, attempt, wait_ms = wait.as_millis() as u64, "retrying a Slack call");
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threads_are_bare_ts_whatever_names_them() {
+        assert_eq!(thread_ts("1700000000.000100"), "1700000000.000100");
+        assert_eq!(thread_ts("C1:1700000000.000100"), "1700000000.000100");
+    }
+}
