@@ -50,6 +50,9 @@ pub(crate) async fn serve(listener: TcpListener, ctx: Ctx) {
                 }
             },
         };
+        // Frames go out as written, as from Discord's edge; Nagle would hold a dispatch back
+        // until the client acknowledged the previous one.
+        let _ = stream.set_nodelay(true);
         let mut offline = shared.offline.subscribe();
         if *offline.borrow_and_update() {
             // Down: the connection is closed before a byte is read.
