@@ -46,6 +46,9 @@ pub(crate) async fn serve(listener: TcpListener, ctx: Ctx) {
                 }
             },
         };
+        // Frames go out as written; Nagle would hold an envelope back until the client
+        // acknowledged the previous one.
+        let _ = stream.set_nodelay(true);
         let mut down = shared.down.subscribe();
         if *down.borrow_and_update() {
             // Down: the connection is closed before a byte is read.
