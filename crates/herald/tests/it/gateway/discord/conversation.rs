@@ -71,7 +71,7 @@ async fn fifty_channels_are_all_answered_in_order_within_each() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_long_answer_with_code_is_split_under_2000_characters_outside_fences() {
-    let d = DiscordDaemon::start("").await;
+    let mut d = DiscordDaemon::start("").await;
     let code: Vec<String> =
         (0..120).map(|i| format!("    let value_{i:03} = compute({i});")).collect();
     let prose = "This paragraph explains the code below in some detail. ".repeat(20);
@@ -82,10 +82,17 @@ async fn a_long_answer_with_code_is_split_under_2000_characters_outside_fences()
     let user = USERS[1];
     let channel = FakeDiscord::dm_channel(user);
     d.dm(user, "show me the code");
-    let first = d.replies(channel, 3).await;
+    let all_there = |d: &DiscordDaemon| {
+        let sent = d.sent_to(channel);
+        sent.iter().map(|m| m.content.matches("explains the code below").count()).sum::<usize>()
+            >= 40
+    };
+    d.until("the whole answer never arrived", all_there).await;
+    let first = d.sent_to(channel);
     settle().await;
     let sent = d.sent_to(channel);
-    assert_eq!(sent.len(), first.len(), "no more parts arrived late");
+    assert_eq!(sent.len(), first.len(), "nothing more arrived");
+    assert!(sent.len() >= 3, "{} parts", sent.len());
     for part in &sent {
         assert!(part.content.chars().count() <= 2000, "{} characters", part.content.len());
         assert_eq!(part.content.matches("```").count() % 2, 0, "fences balanced: {}", part.content);
