@@ -1,7 +1,7 @@
 //! The adapter's run loop: the Gateway connection (serenity's client, started again after
 //! anything but a refusal), the intake task, and the senders serving the outbound channel.
 
-use std::sync::{Arc, PoisonError};
+use std::sync::{Arc, PoisonError, Weak};
 
 use herald_core::{AdapterContext, AdapterError, AdapterEvent, Platform, backoff};
 use serenity::all::{
@@ -113,7 +113,7 @@ async fn connect(inner: Arc<Inner>) -> Result<(), AdapterError> {
     let settings = inner.settings.clone();
     let mut attempt = 0;
     while !inner.shutdown.is_cancelled() {
-        let handler = Handler { inner: inner.clone() };
+        let handler = Handler { inner: Arc::downgrade(&inner) };
         let built =
             ClientBuilder::new_with_http(http(&settings), intents()).event_handler(handler).await;
         let error = match built {
@@ -156,25 +156,28 @@ async fn connect(inner: Arc<Inner>) -> Result<(), AdapterError> {
     Ok(())
 }
 
-/// serenity's events, handed to the intake.
+/// serenity's events, handed to the intake. It holds the adapter's state weakly: serenity's
+/// shard queuer outlives a client whose start failed, and a strong reference there would keep
+/// the adapter's event channel open, so the gateway would never learn the adapter stopped.
 struct Handler {
-    inner: Arc<Inner>,
+    inner: Weak<Inner>,
 }
 
 #[async_trait]
 impl EventHandler for Handler {
     async fn ready(&self, ctx: Context, ready: Ready) {
-        let inner = &self.inner;
+        let Some(inner) = self.inner.upgrade() else { return };
         let bot = Bot { id: ready.user.id, name: ready.user.name.clone() };
         *inner.bot.write().unwrap_or_else(PoisonError::into_inner) = Some(bot);
         *inner.cache.write().unwrap_or_else(PoisonError::into_inner) = Some(ctx.cache.clone());
         inner.http.set_application_id(ready.application.id);
         // Read in dispatch order by the shard itself, where the handler's tasks may swap two
         // messages; every new session (a fresh runner) needs it again.
-        let collecting = inner.clone();
+        let collecting = Arc::downgrade(&inner);
         ctx.shard.add_collector(CollectorCallback(Box::new(move |event| {
-            collect(&collecting, event);
-            !collecting.shutdown.is_cancelled()
+            let Some(inner) = collecting.upgrade() else { return false };
+            collect(&inner, event);
+            !inner.shutdown.is_cancelled()
         })));
         info!(bot = %ready.user.name, "connected to Discord");
         let _ = inner.events.send(AdapterEvent::Connected { bot: ready.user.name.clone() }).await;
@@ -186,25 +189,28 @@ impl EventHandler for Handler {
 
     async fn resume(&self, _ctx: Context, _event: ResumedEvent) {
         debug!("the Discord session was resumed");
-        if let Some(bot) = self.inner.bot() {
-            let _ = self.inner.events.send(AdapterEvent::Connected { bot: bot.name }).await;
+        let Some(inner) = self.inner.upgrade() else { return };
+        if let Some(bot) = inner.bot() {
+            let _ = inner.events.send(AdapterEvent::Connected { bot: bot.name }).await;
         }
     }
 
     async fn message(&self, _ctx: Context, message: Message) {
         // A copy the collector took first is dropped as seen.
-        self.inner.offer(Incoming::Message(Box::new(message)));
+        if let Some(inner) = self.inner.upgrade() {
+            inner.offer(Incoming::Message(Box::new(message)));
+        }
     }
 
     async fn interaction_create(&self, _ctx: Context, interaction: Interaction) {
-        if let Interaction::Command(command) = interaction {
-            self.inner.offer(Incoming::Interaction(Box::new(command)));
+        if let (Interaction::Command(command), Some(inner)) = (interaction, self.inner.upgrade()) {
+            inner.offer(Incoming::Interaction(Box::new(command)));
         }
     }
 
     async fn thread_create(&self, _ctx: Context, thread: GuildChannel) {
-        if let Some(parent) = thread.parent_id {
-            self.inner.thread_seen(thread.id.get(), parent.get());
+        if let (Some(parent), Some(inner)) = (thread.parent_id, self.inner.upgrade()) {
+            inner.thread_seen(thread.id.get(), parent.get());
         }
     }
 
@@ -212,7 +218,8 @@ impl EventHandler for Handler {
         if event.old == ConnectionStage::Connected && event.new != ConnectionStage::Connected {
             let error = format!("the gateway connection was lost ({})", event.new);
             let retry_in = std::time::Duration::from_secs(1);
-            let _ = self.inner.events.send(AdapterEvent::Retrying { error, retry_in }).await;
+            let Some(inner) = self.inner.upgrade() else { return };
+            let _ = inner.events.send(AdapterEvent::Retrying { error, retry_in }).await;
         }
     }
 }

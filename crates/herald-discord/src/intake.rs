@@ -457,13 +457,22 @@ fn mention_tokens(bot: UserId, roles: &[RoleId]) -> Vec<String> {
     tokens
 }
 
-/// The text the model sees: the bot's mentions removed, wherever they are.
+/// The text the model sees: the bot's mentions removed, wherever they are, and nothing else
+/// changed (line breaks and indentation, in code above all, stay as written).
 pub(crate) fn strip_mentions(content: &str, bot: UserId, roles: &[RoleId]) -> String {
     let mut text = content.to_owned();
     for token in mention_tokens(bot, roles) {
-        text = text.replace(&token, " ");
+        while let Some(at) = text.find(&token) {
+            let mut end = at + token.len();
+            // "a <@1> b" reads "a b": one space beside the mention goes with it.
+            let blank_before = text[..at].chars().next_back().is_none_or(char::is_whitespace);
+            if blank_before && text[end..].starts_with(' ') {
+                end += 1;
+            }
+            text.replace_range(at..end, "");
+        }
     }
-    text.split_whitespace().collect::<Vec<_>>().join(" ").trim().to_owned()
+    text.trim().to_owned()
 }
 
 /// A slash command as the gateway reads it: `/name argument`.
@@ -509,6 +518,11 @@ mod tests {
         assert_eq!(strip_mentions("<@&7> привет 你好", bot, &[role]), "привет 你好");
         assert_eq!(strip_mentions("<@43> stays", bot, &[]), "<@43> stays");
         assert_eq!(strip_mentions("<@42>", bot, &[]), "");
+        assert_eq!(strip_mentions("a <@42> b", bot, &[]), "a b");
+        assert_eq!(
+            strip_mentions("<@42> fix this:\n```\nfn main() {\n    go();\n}\n```", bot, &[]),
+            "fix this:\n```\nfn main() {\n    go();\n}\n```"
+        );
     }
 
     #[test]

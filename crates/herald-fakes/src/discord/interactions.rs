@@ -99,11 +99,16 @@ impl Shared {
             "app_permissions": "0",
             "entitlements": [],
             "authorizing_integration_owners": {},
+            // Discord's current limit for a bot without a boosted server: 10 MiB.
+            "attachment_size_limit": 10_485_760,
             "data": {"id": id.to_string(), "name": command.name, "type": 1, "options": command.options},
         });
+        // The context: 0 in a server, 1 in the bot's DM.
+        d["context"] = json!(if command.guild_id.is_some() { 0 } else { 1 });
         match command.guild_id {
             Some(guild) => {
                 d["guild_id"] = json!(guild.to_string());
+                d["guild_locale"] = json!("en-US");
                 d["member"] = json!({"user": user, "roles": [], "joined_at": "2026-01-01T00:00:00.000000+00:00", "deaf": false, "mute": false, "flags": 0, "permissions": "0"});
             }
             None => d["user"] = user,

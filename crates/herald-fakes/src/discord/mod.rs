@@ -220,6 +220,19 @@ impl FakeDiscord {
         self.inner.shared.lock().channels.get(&channel_id).cloned()
     }
 
+    /// Every thread and forum post, as channel objects, oldest first.
+    pub fn threads(&self) -> Vec<serde_json::Value> {
+        let state = self.inner.shared.lock();
+        let mut threads: Vec<serde_json::Value> = state
+            .channels
+            .values()
+            .filter(|c| matches!(c["type"].as_u64(), Some(10..=12)))
+            .cloned()
+            .collect();
+        threads.sort_by_key(|t| t["id"].as_str().and_then(|id| id.parse::<u64>().ok()));
+        threads
+    }
+
     /// Every `POST /channels/{id}/typing`, as channel ids in order.
     pub fn typing(&self) -> Vec<u64> {
         self.inner.shared.lock().typing.clone()

@@ -5,6 +5,7 @@ mod auth;
 mod compression;
 mod conversation;
 mod delivery;
+mod discord;
 mod health;
 mod notify;
 mod poison;

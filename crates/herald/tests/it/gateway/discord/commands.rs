@@ -1,0 +1,63 @@
+//! Slash commands on Discord: as interactions (acknowledged at once, the answer edits the
+//! deferred response, private ones ephemeral), as typed text, and registered only when the
+//! set changed.
+
+use herald_fakes::discord::{FakeDiscord, SlashCommand};
+use serde_json::json;
+
+use super::{DiscordDaemon, Setup, USERS};
+
+/// Logs the adapter's debug lines, to see a registration skipped.
+const DEBUG: &[(&str, &str)] = &[("RUST_LOG", "info,herald_discord=debug")];
+
+fn slash(user: u64, name: &str, options: Vec<serde_json::Value>) -> SlashCommand {
+    SlashCommand { user_id: user, name: name.into(), options, channel_id: None, guild_id: None }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn slash_commands_are_answered_as_interactions_and_as_text() {
+    let mut d = DiscordDaemon::start_with(Setup { env: DEBUG, ..Setup::default() }).await;
+    d.wait_log("slash commands registered with Discord", 1).await;
+    assert_eq!(d.discord.command_puts(), 1);
+    let names: Vec<String> =
+        d.discord.commands().iter().map(|c| c["name"].as_str().unwrap().to_owned()).collect();
+    assert!(names.contains(&"status".to_owned()) && names.contains(&"new".to_owned()), "{names:?}");
+
+    let user = USERS[0];
+    let channel = FakeDiscord::dm_channel(user);
+    d.dm(user, "hello");
+    d.replies(channel, 1).await;
+
+    let (status, _) = d.discord.inject_command(slash(user, "status", vec![]));
+    d.until("the status command was never answered", |d| !d.discord.followups().is_empty()).await;
+    let responses = d.discord.interaction_responses();
+    assert_eq!(responses.len(), 1, "{responses:?}");
+    assert_eq!(responses[0].interaction_id, status);
+    assert_eq!(responses[0].kind, 5, "deferred: {responses:?}");
+    assert_eq!(responses[0].data["flags"], json!(64), "ephemeral: {responses:?}");
+    let followups = d.discord.followups();
+    assert!(followups[0].edits_original, "{followups:?}");
+    let answer = followups[0].body["content"].as_str().unwrap();
+    assert!(answer.contains("Session:") && answer.contains("Messages: 2"), "{answer}");
+
+    let title = json!({"name": "name", "type": 3, "value": "tea plans"});
+    let (titled, _) = d.discord.inject_command(slash(user, "title", vec![title]));
+    d.until("the title command was never answered", |d| d.discord.followups().len() > 1).await;
+    let responses = d.discord.interaction_responses();
+    assert_eq!(responses[1].interaction_id, titled);
+    assert_eq!(responses[1].kind, 5, "{responses:?}");
+    assert_ne!(responses[1].data["flags"], json!(64), "seen by everyone: {responses:?}");
+    let followups = d.discord.followups();
+    assert!(followups[1].edits_original, "{followups:?}");
+    assert!(followups[1].body["content"].as_str().unwrap().contains("tea plans"), "{followups:?}");
+
+    d.dm(user, "/status");
+    let sent = d.replies(channel, 2).await;
+    assert!(sent[1].content.contains("Title: tea plans"), "{:?}", sent[1]);
+    assert_eq!(d.model.request_count(), 1, "no command reached the model");
+
+    assert_eq!(d.stop().await, 0, "{}", d.logs());
+    d.spawn().await;
+    d.wait_log("the slash commands are registered already", 1).await;
+    assert_eq!(d.discord.command_puts(), 1, "the same set is not registered again");
+}
