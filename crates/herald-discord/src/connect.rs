@@ -1,18 +1,23 @@
 //! The adapter's run loop: the Gateway connection (serenity's client, started again after
 //! anything but a refusal), the intake task, and the senders serving the outbound channel.
 
+use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, Weak};
+use std::time::Duration;
 
 use herald_core::{AdapterContext, AdapterError, AdapterEvent, Platform, backoff};
+use serenity::all::ShardId;
 use serenity::all::{
     Context, EventHandler, GatewayIntents, GuildChannel, Interaction, Message, Ready, ResumedEvent,
 };
 use serenity::async_trait;
 use serenity::client::ClientBuilder;
-use serenity::gateway::{CollectorCallback, ConnectionStage, GatewayError, ShardStageUpdateEvent};
+use serenity::gateway::{
+    CollectorCallback, ConnectionStage, GatewayError, ShardRunnerInfo, ShardStageUpdateEvent,
+};
 use serenity::http::{Http, HttpBuilder};
 use serenity::model::event::Event;
-use tokio::sync::Semaphore;
+use tokio::sync::{Mutex, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::{AbortOnDropHandle, TaskTracker};
 use tracing::{Instrument, debug, info, warn};
@@ -119,6 +124,9 @@ async fn connect(inner: Arc<Inner>) -> Result<(), AdapterError> {
         let error = match built {
             Ok(mut client) => {
                 let manager = client.shard_manager.clone();
+                let _watching = AbortOnDropHandle::new(tokio::spawn(
+                    watch(Arc::downgrade(&inner), manager.runners.clone()).in_current_span(),
+                ));
                 tokio::select! {
                     result = client.start() => match result {
                         Ok(()) => return Ok(()),
@@ -154,6 +162,33 @@ async fn connect(inner: Arc<Inner>) -> Result<(), AdapterError> {
         }
     }
     Ok(())
+}
+
+/// How often the shard's stage is looked at, and how many looks in a row without a
+/// connection make it an outage worth reporting (a resume takes well under that).
+const WATCH_EVERY: Duration = Duration::from_secs(1);
+const DOWN_AFTER: u32 = 3;
+
+/// Reports an outage the event handler never hears of: when a resume fails serenity starts
+/// the shard over without a stage update, and `/healthz` must not say "connected" meanwhile.
+async fn watch(inner: Weak<Inner>, runners: Arc<Mutex<HashMap<ShardId, ShardRunnerInfo>>>) {
+    let mut down = 0;
+    loop {
+        tokio::time::sleep(WATCH_EVERY).await;
+        let Some(inner) = inner.upgrade() else { return };
+        let stage = runners.lock().await.values().map(|runner| runner.stage).next();
+        if stage == Some(ConnectionStage::Connected) {
+            down = 0;
+            continue;
+        }
+        down += 1;
+        if down == DOWN_AFTER {
+            let stage = stage.map_or_else(|| "no shard running".to_owned(), |s| s.to_string());
+            let error = format!("the gateway connection is down ({stage}); reconnecting");
+            let retry_in = WATCH_EVERY;
+            let _ = inner.events.send(AdapterEvent::Retrying { error, retry_in }).await;
+        }
+    }
 }
 
 /// serenity's events, handed to the intake. It holds the adapter's state weakly: serenity's
