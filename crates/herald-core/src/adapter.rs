@@ -9,10 +9,13 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 use crate::Platform;
 use crate::message::{Inbound, Outbound};
@@ -143,4 +146,33 @@ pub trait Adapter: Send + 'static {
         ctx: AdapterContext,
         shutdown: CancellationToken,
     ) -> impl Future<Output = Result<(), AdapterError>> + Send;
+}
+
+/// Serves the gateway's requests with `handle`, up to `concurrent` at once, until every sender
+/// of `outbound` is dropped and the last request is done: what every adapter's run loop does
+/// beside its connection. Waiting for a free slot is the backpressure: the gateway's channel
+/// fills up.
+pub async fn serve_outbound<H, F>(
+    mut outbound: mpsc::Receiver<Outbound>,
+    concurrent: usize,
+    handle: H,
+) where
+    H: Fn(Outbound) -> F,
+    F: Future<Output = ()> + Send + 'static,
+{
+    let permits = Arc::new(Semaphore::new(concurrent.max(1)));
+    let tracker = TaskTracker::new();
+    while let Some(request) = outbound.recv().await {
+        let Ok(permit) = permits.clone().acquire_owned().await else { break };
+        let work = handle(request);
+        tracker.spawn(
+            async move {
+                work.await;
+                drop(permit);
+            }
+            .in_current_span(),
+        );
+    }
+    tracker.close();
+    tracker.wait().await;
 }

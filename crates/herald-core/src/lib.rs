@@ -13,7 +13,9 @@ mod reply;
 mod role;
 mod slash;
 
-pub use adapter::{Adapter, AdapterContext, AdapterError, AdapterEvent, Capabilities, LengthUnit};
+pub use adapter::{
+    Adapter, AdapterContext, AdapterError, AdapterEvent, Capabilities, LengthUnit, serve_outbound,
+};
 pub use chat::{ChatKind, ChatRef, SessionKey, UserRef};
 pub use chunk::chunk;
 pub use message::{Ack, Inbound, Outbound, SendError, SentId, backoff};

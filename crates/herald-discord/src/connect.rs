@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, Weak};
 use std::time::Duration;
 
-use herald_core::{AdapterContext, AdapterError, AdapterEvent, Platform, backoff};
+use herald_core::{AdapterContext, AdapterError, AdapterEvent, Platform, backoff, serve_outbound};
 use serenity::all::ShardId;
 use serenity::all::{
     Context, EventHandler, GatewayIntents, GuildChannel, Interaction, Message, Ready, ResumedEvent,
@@ -17,9 +17,9 @@ use serenity::gateway::{
 };
 use serenity::http::{Http, HttpBuilder};
 use serenity::model::event::Event;
-use tokio::sync::{Mutex, Semaphore};
+use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::{AbortOnDropHandle, TaskTracker};
+use tokio_util::task::AbortOnDropHandle;
 use tracing::{Instrument, debug, info, warn};
 
 use crate::DiscordSettings;
@@ -47,55 +47,28 @@ pub(crate) async fn run(
     ctx: AdapterContext,
     shutdown: CancellationToken,
 ) -> Result<(), AdapterError> {
-    let AdapterContext { events, mut outbound, channel_cursors, kept, .. } = ctx;
+    let AdapterContext { events, outbound, channel_cursors, kept, .. } = ctx;
     let http = Arc::new(http(&settings));
     let (inner, queue) =
         Inner::new(settings, http, events, &channel_cursors, kept, shutdown.clone());
     let _intake = AbortOnDropHandle::new(tokio::spawn(inner.clone().take(queue).in_current_span()));
-    let mut gateway =
-        AbortOnDropHandle::new(tokio::spawn(connect(inner.clone()).in_current_span()));
+    let gateway = AbortOnDropHandle::new(tokio::spawn(connect(inner.clone()).in_current_span()));
+    let gateway = async {
+        gateway.await.unwrap_or_else(|join| {
+            Err(AdapterError::Other(format!("the discord connection failed: {join}")))
+        })
+    };
     let sender = Sender::new(inner.clone());
-    let permits = Arc::new(Semaphore::new(MAX_CONCURRENT_SENDS));
-    let tracker = TaskTracker::new();
-
-    let mut connected = true;
-    let mut outbound_open = true;
-    while connected || outbound_open {
-        tokio::select! {
-            result = &mut gateway, if connected => {
-                connected = false;
-                match result {
-                    Ok(Ok(())) => {}
-                    Ok(Err(err)) => return Err(err),
-                    Err(join) => {
-                        return Err(AdapterError::Other(format!("the discord connection failed: {join}")));
-                    }
-                }
-            }
-            request = outbound.recv(), if outbound_open => {
-                let Some(request) = request else {
-                    outbound_open = false;
-                    continue;
-                };
-                // Waiting for a permit here is the backpressure: the gateway's channel fills up.
-                let permit = permits
-                    .clone()
-                    .acquire_owned()
-                    .await
-                    .expect("the send semaphore is never closed");
-                let sender = sender.clone();
-                tracker.spawn(
-                    async move {
-                        sender.handle(request).await;
-                        drop(permit);
-                    }
-                    .in_current_span(),
-                );
-            }
-        }
-    }
-    tracker.close();
-    tracker.wait().await;
+    let serving = serve_outbound(outbound, MAX_CONCURRENT_SENDS, move |request| {
+        let sender = sender.clone();
+        async move { sender.handle(request).await }
+    });
+    // A refusal returns at once (in-flight sends finish on their own); otherwise the sends go
+    // on until the gateway drops its last sender.
+    tokio::try_join!(gateway, async {
+        serving.await;
+        Ok(())
+    })?;
     info!("discord adapter stopped");
     Ok(())
 }

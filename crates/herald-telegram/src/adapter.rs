@@ -3,12 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use herald_core::{AdapterContext, AdapterError};
+use herald_core::{AdapterContext, AdapterError, serve_outbound};
 use teloxide::Bot;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::{AbortOnDropHandle, TaskTracker};
-use tracing::{Instrument, debug, info};
+use tokio_util::task::AbortOnDropHandle;
+use tracing::{Instrument, info};
 
 use crate::TelegramSettings;
 use crate::poll::Poller;
@@ -27,7 +26,7 @@ pub(crate) async fn run(
     ctx: AdapterContext,
     shutdown: CancellationToken,
 ) -> Result<(), AdapterError> {
-    let AdapterContext { events, mut outbound, cursor, .. } = ctx;
+    let AdapterContext { events, outbound, cursor, .. } = ctx;
     // Two clients: a long poll must never hold up a send, and sends keep teloxide's shorter
     // timeout while polls need one longer than the poll itself.
     let poll_bot = bot(&settings, Some(settings.poll_timeout + POLL_GRACE))?;
@@ -35,53 +34,23 @@ pub(crate) async fn run(
 
     let poller = Poller::new(poll_bot, &settings, events, shutdown);
     // Aborted if `run` itself is dropped, so a poller never outlives its adapter.
-    let mut polling = AbortOnDropHandle::new(tokio::spawn(poller.run(cursor).in_current_span()));
+    let polling = AbortOnDropHandle::new(tokio::spawn(poller.run(cursor).in_current_span()));
+    let polling = async {
+        polling.await.unwrap_or_else(|join| {
+            Err(AdapterError::Other(format!("telegram polling failed: {join}")))
+        })
+    };
     let sender = Arc::new(Sender::new(send_bot, &settings));
-    let permits = Arc::new(Semaphore::new(MAX_CONCURRENT_SENDS));
-    let tracker = TaskTracker::new();
-
-    let mut poll_running = true;
-    let mut outbound_open = true;
-    while poll_running || outbound_open {
-        tokio::select! {
-            result = &mut polling, if poll_running => {
-                poll_running = false;
-                match result {
-                    Ok(Ok(())) => {}
-                    // In-flight sends finish on their own; the refusal is what the caller needs.
-                    Ok(Err(err)) => return Err(err),
-                    Err(join) => {
-                        return Err(AdapterError::Other(format!("telegram polling failed: {join}")));
-                    }
-                }
-            }
-            request = outbound.recv(), if outbound_open => {
-                let Some(request) = request else {
-                    outbound_open = false;
-                    continue;
-                };
-                // Waiting for a permit here is the backpressure: the gateway's channel fills up.
-                let permit = permits
-                    .clone()
-                    .acquire_owned()
-                    .await
-                    .expect("the send semaphore is never closed");
-                let sender = sender.clone();
-                tracker.spawn(
-                    async move {
-                        sender.handle(request).await;
-                        drop(permit);
-                    }
-                    .in_current_span(),
-                );
-            }
-        }
-    }
-    tracker.close();
-    if !tracker.is_empty() {
-        debug!(in_flight = tracker.len(), "waiting for outbound requests to finish");
-    }
-    tracker.wait().await;
+    let serving = serve_outbound(outbound, MAX_CONCURRENT_SENDS, move |request| {
+        let sender = sender.clone();
+        async move { sender.handle(request).await }
+    });
+    // A refusal returns at once (in-flight sends finish on their own); otherwise the sends go
+    // on until the gateway drops its last sender.
+    tokio::try_join!(polling, async {
+        serving.await;
+        Ok(())
+    })?;
     info!("telegram adapter stopped");
     Ok(())
 }
