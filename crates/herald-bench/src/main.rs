@@ -7,7 +7,8 @@
 //! - `search`: a large filled store and a fixed set of queries.
 //! - `agent-overhead`: turns through the agent loop and the store against an instant fake
 //!   model; herald's own time per turn.
-//! - `gateway`: chats through the fake Telegram Bot API, the real adapter and the gateway.
+//! - `gateway`: chats through a fake platform (`--platform telegram`, `discord` or `slack`), the
+//!   real adapter and the gateway; on Slack also the envelopes' acknowledgement delays.
 //!
 //! All SQL stays in the store; the agent is wired as the `herald` binary wires it.
 
@@ -47,7 +48,7 @@ enum Command {
     Search(search::SearchArgs),
     /// Turns through the agent loop and the store; herald's own time per turn.
     AgentOverhead(agent::AgentArgs),
-    /// Chats through the fake Telegram Bot API, the real adapter and the gateway.
+    /// Chats through a fake platform, the real adapter and the gateway.
     Gateway(gateway::GatewayArgs),
     /// Compressing long sessions; herald's own time per compression and the turn after it.
     Compress(compress::CompressArgs),

@@ -71,6 +71,12 @@ impl Sender {
             return Err(SendError::Rejected("the reply is empty".into()));
         }
         let thread = chat.thread.as_deref().map(thread_ts);
+        // Followed before the post, not after Slack's answer: the post reaches the thread's
+        // readers before that answer reaches us, and a reply written in between must already
+        // count as a follow-up.
+        if let Some(thread) = thread {
+            self.intake.follow(&chat.id, thread);
+        }
         let mut sent = Vec::with_capacity(parts.len());
         for part in parts {
             let request = SlackApiChatPostMessageRequest::new(
@@ -87,9 +93,6 @@ impl Sender {
                 })
                 .await?;
             sent.push(posted.ts.value().clone());
-        }
-        if let Some(thread) = thread {
-            self.intake.follow(&chat.id, thread);
         }
         Ok(sent)
     }

@@ -10,6 +10,7 @@ use herald_agent::{ChatRequest, Completion, Message, Provider, ProviderError};
 use herald_core::Platform;
 use herald_discord::{DiscordAdapter, DiscordSettings};
 use herald_gateway::{Access, Gateway, GatewaySettings, history};
+use herald_slack::{SlackAdapter, SlackSettings};
 use herald_store::{Store, StoreOptions};
 use herald_telegram::{TelegramAdapter, TelegramSettings};
 
@@ -31,6 +32,9 @@ pub struct DaemonArgs {
     /// The bot token the fake accepts.
     #[arg(long)]
     pub token: String,
+    /// The app-level token the fake accepts (Slack's Socket Mode).
+    #[arg(long)]
+    pub app_token: Option<String>,
 }
 
 /// A model that answers every call at once with a short text.
@@ -50,6 +54,7 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
     let platform = match args.platform {
         BenchPlatform::Telegram => Platform::Telegram,
         BenchPlatform::Discord => Platform::Discord,
+        BenchPlatform::Slack => Platform::Slack,
     };
     let settings = GatewaySettings::new("You are Herald.", "instant")
         .with_access(platform, Access { allowed_users: vec!["*".into()], ..Access::default() });
@@ -65,6 +70,12 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
             let mut discord = DiscordSettings::new(&args.token);
             discord.api_url = Some(args.api_url.clone());
             gateway.add_adapter(DiscordAdapter::new(discord)).await?;
+        }
+        BenchPlatform::Slack => {
+            let app_token = args.app_token.as_deref().context("slack needs --app-token")?;
+            let mut slack = SlackSettings::new(&args.token, app_token);
+            slack.api_url = Some(args.api_url.clone());
+            gateway.add_adapter(SlackAdapter::new(slack)).await?;
         }
     }
     gateway

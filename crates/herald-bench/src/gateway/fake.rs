@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use herald_fakes::discord::{FakeDiscord, InboundMessage};
+use herald_fakes::slack::{Delivery, FakeSlack};
 use herald_fakes::telegram::FakeTelegram;
 use serde::Serialize;
 
@@ -14,6 +15,8 @@ pub enum BenchPlatform {
     Telegram,
     /// The Discord adapter (Gateway WebSocket and REST).
     Discord,
+    /// The Slack adapter (Socket Mode and the Web API).
+    Slack,
 }
 
 impl BenchPlatform {
@@ -22,6 +25,7 @@ impl BenchPlatform {
         match self {
             BenchPlatform::Telegram => "telegram",
             BenchPlatform::Discord => "discord",
+            BenchPlatform::Slack => "slack",
         }
     }
 }
@@ -31,6 +35,7 @@ impl BenchPlatform {
 pub(super) enum Fake {
     Telegram(FakeTelegram),
     Discord(FakeDiscord),
+    Slack(FakeSlack),
 }
 
 impl Fake {
@@ -38,6 +43,10 @@ impl Fake {
         match platform {
             BenchPlatform::Telegram => Fake::Telegram(FakeTelegram::start().await),
             BenchPlatform::Discord => Fake::Discord(FakeDiscord::start().await),
+            // The bot's own posts come back as `message` events, as on Slack (a DM app
+            // subscribed to `message.im` gets them): the adapter must acknowledge and drop one
+            // for every answer, which is part of the load measured.
+            BenchPlatform::Slack => Fake::Slack(FakeSlack::start().await),
         }
     }
 
@@ -45,6 +54,7 @@ impl Fake {
         match self {
             Fake::Telegram(fake) => fake.api_url(),
             Fake::Discord(fake) => fake.api_url(),
+            Fake::Slack(fake) => fake.api_url(),
         }
     }
 
@@ -52,29 +62,55 @@ impl Fake {
         match self {
             Fake::Telegram(_) => FakeTelegram::TOKEN,
             Fake::Discord(_) => FakeDiscord::TOKEN,
+            Fake::Slack(_) => FakeSlack::BOT_TOKEN,
+        }
+    }
+
+    /// The app-level token, for a platform that has one (Slack's Socket Mode).
+    pub(super) fn app_token(&self) -> Option<&'static str> {
+        matches!(self, Fake::Slack(_)).then_some(FakeSlack::APP_TOKEN)
+    }
+
+    /// Every Socket Mode envelope and its acknowledgement, on Slack, once the last ones are
+    /// acknowledged (the echoes of the last answers are still on their way when the run ends)
+    /// or Slack's 3 s have passed.
+    pub(super) async fn deliveries(&self) -> Option<Vec<Delivery>> {
+        match self {
+            Fake::Slack(fake) => {
+                let acked =
+                    |fake: &FakeSlack| fake.deliveries().iter().all(|d| d.acked_ms.is_some());
+                fake.wait_for(Duration::from_secs(3), acked).await;
+                Some(fake.deliveries())
+            }
+            Fake::Telegram(_) | Fake::Discord(_) => None,
         }
     }
 
     /// Waits until the gateway is connected and can hear a message written now: Telegram keeps
-    /// updates until they are polled, Discord only dispatches to a session that is up.
+    /// updates until they are polled, Discord and Slack only send to a connection that is up.
     pub(super) async fn wait_connected(
         &self,
         daemon: &mut tokio::process::Child,
     ) -> anyhow::Result<()> {
-        let Fake::Discord(fake) = self else { return Ok(()) };
+        let connected = || match self {
+            Fake::Telegram(_) => true,
+            Fake::Discord(fake) => !fake.identifies().is_empty(),
+            Fake::Slack(fake) => fake.open_connections() > 0,
+        };
         let started = std::time::Instant::now();
-        while fake.identifies().is_empty() {
+        while !connected() {
             anyhow::ensure!(
                 daemon.try_wait()?.is_none(),
                 "the gateway process exited before it connected"
             );
             anyhow::ensure!(
                 started.elapsed() < Duration::from_secs(30),
-                "the gateway never connected to the fake Discord"
+                "the gateway never connected to the fake platform"
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        // READY follows IDENTIFY at once; the adapter reads messages from its handler on.
+        // Discord's READY follows IDENTIFY at once, Slack's hello the connection; the adapter
+        // takes messages from then on.
         tokio::time::sleep(Duration::from_millis(200)).await;
         Ok(())
     }
@@ -88,6 +124,9 @@ impl Fake {
             Fake::Discord(fake) => {
                 fake.inject_message(InboundMessage::dm(user.unsigned_abs(), text));
             }
+            Fake::Slack(fake) => {
+                fake.dm(&format!("U{user}"), text);
+            }
         }
     }
 
@@ -99,6 +138,9 @@ impl Fake {
             }
             Fake::Discord(fake) => {
                 fake.wait_sent_after(from, timeout).await.into_iter().map(|m| m.content).collect()
+            }
+            Fake::Slack(fake) => {
+                fake.wait_posted_after(from, timeout).await.into_iter().map(|m| m.text).collect()
             }
         }
     }

@@ -1,8 +1,12 @@
-//! `gateway`: N chats sending M messages each through a fake platform (Telegram's Bot API, or
-//! Discord's Gateway and REST), the real adapter (teloxide, serenity) and the real gateway, with
-//! a model that answers at once. Reports messages/s end to end, the latency from a message
-//! becoming available to its reply reaching the fake, replies lost and doubled, and the gateway
-//! process's peak RSS.
+//! `gateway`: N chats sending M messages each through a fake platform (Telegram's Bot API,
+//! Discord's Gateway and REST, or Slack's Socket Mode and Web API), the real adapter (teloxide,
+//! serenity, slack-morphism) and the real gateway, with a model that answers at once. Reports
+//! messages/s end to end, the latency from a message becoming available to its reply reaching
+//! the fake, replies lost and doubled, and the gateway process's peak RSS. On Slack also how
+//! long envelopes waited for their acknowledgement (Slack redelivers after 3 s), over every
+//! envelope the fake sent: the users' DMs and the bot's own answers, which the fake sends back
+//! as events as Slack does (`echo_own_posts` left on), so the adapter acknowledges two
+//! envelopes per message.
 
 pub mod daemon;
 mod fake;
@@ -22,6 +26,7 @@ use crate::db::ScratchDb;
 use crate::stats::{Latencies, rate, round};
 pub use fake::BenchPlatform;
 use fake::Fake;
+use herald_fakes::slack::Delivery;
 
 /// Arguments of `gateway`.
 #[derive(Debug, Clone, clap::Args)]
@@ -58,6 +63,42 @@ struct GatewayLine {
     p99_ms: f64,
     max_ms: f64,
     peak_rss_mb: f64,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    acks: Option<Acks>,
+}
+
+/// How Slack's envelopes were acknowledged.
+#[derive(Debug, Serialize)]
+struct Acks {
+    /// Envelopes the fake sent (redeliveries included).
+    envelopes: usize,
+    /// Envelopes never acknowledged.
+    unacked: usize,
+    /// Envelopes that were a redelivery (`retry_attempt` above 0).
+    redelivered: usize,
+    ack_p50_ms: f64,
+    ack_p99_ms: f64,
+    ack_max_ms: f64,
+}
+
+impl Acks {
+    fn of(deliveries: &[Delivery]) -> Acks {
+        let delays: Vec<f64> = deliveries
+            .iter()
+            .filter_map(Delivery::ack_delay)
+            .map(|d| d.as_secs_f64() * 1000.0)
+            .collect();
+        let unacked = deliveries.len() - delays.len();
+        let delays = Latencies::from_ms(delays);
+        Acks {
+            envelopes: deliveries.len(),
+            unacked,
+            redelivered: deliveries.iter().filter(|d| d.retry_attempt > 0).count(),
+            ack_p50_ms: round(delays.percentile(50.0), 2),
+            ack_p99_ms: round(delays.percentile(99.0), 2),
+            ack_max_ms: round(delays.percentile(100.0), 2),
+        }
+    }
 }
 
 /// The first chat's user id (clear of the fake bot's own id).
@@ -70,13 +111,18 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<Outcome> {
     let scratch = ScratchDb::resolve(args.db.clone(), "gateway")?;
     let fake = Fake::start(args.platform).await;
     let exe = std::env::current_exe().context("could not find this binary to spawn the gateway")?;
-    let mut daemon = Command::new(exe)
+    let mut daemon = Command::new(exe);
+    daemon
         .arg("gateway-daemon")
         .args(["--platform", args.platform.name()])
         .args(["--api-url", &fake.api_url()])
         .arg("--db")
         .arg(scratch.path())
-        .args(["--token", fake.token()])
+        .args(["--token", fake.token()]);
+    if let Some(app_token) = fake.app_token() {
+        daemon.args(["--app-token", app_token]);
+    }
+    let mut daemon = daemon
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
@@ -142,6 +188,7 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<Outcome> {
     let injected = injector.await.context("the injector failed")?;
     // The high-water mark, read before the process goes.
     let peak_rss = peak_rss_mb(pid);
+    let acks = fake.deliveries().await.map(|deliveries| Acks::of(&deliveries));
     drop(stop);
     let status = daemon.wait().await.context("the gateway process was lost")?;
     anyhow::ensure!(status.success(), "the gateway process exited with {status}");
@@ -183,8 +230,10 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<Outcome> {
         p99_ms: round(latencies.percentile(99.0), 2),
         max_ms: round(latencies.percentile(100.0), 2),
         peak_rss_mb: round(peak_rss, 1),
+        acks,
     };
-    Ok(Outcome { line: serde_json::to_string(&line)?, ok: lost == 0 && doubled == 0 })
+    let acked = line.acks.as_ref().is_none_or(|acks| acks.unacked == 0);
+    Ok(Outcome { line: serde_json::to_string(&line)?, ok: lost == 0 && doubled == 0 && acked })
 }
 
 /// A process's peak resident set size (VmHWM), in MiB; 0 where /proc is not available.

@@ -222,6 +222,14 @@ impl FakeSlack {
         self.posted()
     }
 
+    /// Waits until the bot posted more than `from` messages (or `timeout` passed) and returns
+    /// those after the first `from`: following the posts without copying them all each time.
+    pub async fn wait_posted_after(&self, from: usize, timeout: Duration) -> Vec<Posted> {
+        let more = |fake: &FakeSlack| fake.inner.shared.lock().posted.len() > from;
+        self.wait_for(timeout, more).await;
+        self.inner.shared.lock().posted.get(from..).map(<[Posted]>::to_vec).unwrap_or_default()
+    }
+
     /// Every `chat.update`, in order.
     pub fn updates(&self) -> Vec<Updated> {
         self.inner.shared.lock().updated.clone()

@@ -11,7 +11,7 @@ use herald_store::{Health, Store};
 use serde::Serialize;
 
 use super::service::{self, FileState, Host, Mode};
-use crate::config::{Config, Env, Loaded, resolve};
+use crate::config::{Config, Env, Loaded, SecretError};
 use crate::output;
 
 /// One check's outcome.
@@ -209,10 +209,12 @@ fn platform_checks(config: &Config) -> Vec<Check> {
         },
     )];
     for secret in config.secrets() {
-        let (ok, detail) = match resolve(&secret.var) {
+        let (ok, detail) = match secret.resolve_in(&Env::process()) {
             Ok(_) => (true, format!("{} from {}", secret.key, secret.var)),
-            Err(missing) if secret.required => (false, format!("{}: {missing}", secret.key)),
-            Err(_) => (true, format!("{} not set (fine for a local model server)", secret.var)),
+            Err(SecretError::Missing(_)) if !secret.required => {
+                (true, format!("{} not set (fine for a local model server)", secret.var))
+            }
+            Err(problem) => (false, format!("{}: {problem}", secret.key)),
         };
         checks.push(Check::new("secret", ok, detail));
     }

@@ -13,14 +13,17 @@ use herald_core::{Adapter, Platform};
 use herald_discord::DiscordAdapter;
 use herald_gateway::compress::CompressionSettings;
 use herald_gateway::{Gateway, GatewaySettings, Reloadable, history};
+use herald_slack::SlackAdapter;
 use herald_store::Store;
 use herald_telegram::{TelegramAdapter, TelegramSettings};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{error, info, warn};
+use tracing::{error, info};
 
-use crate::config::{self, Config, ConfigError, DiscordConfig, Loaded, TelegramConfig};
+use crate::config::{
+    self, Config, ConfigError, DiscordConfig, Env, Loaded, SlackConfig, TelegramConfig,
+};
 use crate::daemon::health::{self, HealthState};
 use crate::daemon::notify::{self, Notifier};
 use crate::daemon::reload;
@@ -43,8 +46,8 @@ pub async fn serve(
         return Err(ConfigError::for_key(
             loaded.path.as_deref(),
             "telegram",
-            "no platform is configured: add a [telegram] or [discord] section (see `herald config \
-             example`)",
+            "no platform is configured: add a [telegram], [discord] or [slack] section (see \
+             `herald config example`)",
         )
         .into());
     }
@@ -66,9 +69,8 @@ pub async fn serve(
     if let Some(discord) = &config.discord {
         start(&mut gateway, &mut started, Platform::Discord, discord_adapter(discord)).await?;
     }
-    if config.slack.is_some() {
-        let platform = Platform::Slack;
-        warn!(%platform, "this build of herald cannot run {platform} yet; the section is ignored");
+    if let Some(slack) = &config.slack {
+        start(&mut gateway, &mut started, Platform::Slack, slack_adapter(slack)).await?;
     }
     if started.is_empty() {
         anyhow::bail!("no platform could start; see the errors above");
@@ -182,6 +184,18 @@ fn discord_adapter(section: &DiscordConfig) -> Result<DiscordAdapter, String> {
     let token = config::resolve(&section.token_env)
         .map_err(|missing| format!("{missing} (discord.token_env names the variable)"))?;
     Ok(DiscordAdapter::new(section.settings(&token)))
+}
+
+/// The Slack adapter of `[slack]`, or why it cannot be built: a token unset or of the wrong
+/// kind is named by its variable here, before Slack answers something obscure.
+fn slack_adapter(section: &SlackConfig) -> Result<SlackAdapter, String> {
+    let env = Env::process();
+    let [bot, app] = section.secrets().map(|secret| {
+        secret
+            .resolve_in(&env)
+            .map_err(|problem| format!("{problem} ({} names the variable)", secret.key))
+    });
+    Ok(SlackAdapter::new(section.settings(&bot?, &app?)))
 }
 
 /// Resolves on the first SIGTERM or SIGINT.

@@ -5,9 +5,10 @@ use std::time::Duration;
 use herald_core::Platform;
 use herald_discord::DiscordSettings;
 use herald_gateway::{Access, DmPolicy};
+use herald_slack::{SLACK_API_URL, SlackSettings};
 use serde::Deserialize;
 
-use super::Secret;
+use super::{Secret, SecretRef};
 
 /// What every platform section has in common: the access rules `allowed_users`, `dm_policy`,
 /// `require_mention` and `allowed_channels`, read and reloaded the same way for each platform.
@@ -172,16 +173,20 @@ pub struct SlackConfig {
     pub bot_token_env: String,
     /// The environment variable holding the app-level token (`xapp-`, Socket Mode).
     pub app_token_env: String,
-    /// The Web API root.
+    /// The Web API root, `/api` included.
     pub api_url: String,
     /// Platform user ids allowed to talk to the app; `"*"` allows everyone.
     pub allowed_users: Vec<String>,
     /// Who may start a conversation in a direct message.
     pub dm_policy: DmPolicy,
-    /// In channels, answer only when mentioned or replied to.
+    /// In channels, answer only mentions (and follow-ups in the bot's threads).
     pub require_mention: bool,
     /// Channel ids the app answers in (a thread counts as its channel); empty: any.
     pub allowed_channels: Vec<String>,
+    /// A mention at the top of a channel is answered in a thread on it.
+    pub reply_in_thread: bool,
+    /// Messages in a thread the bot answered in need no new mention.
+    pub thread_follow_ups: bool,
 }
 
 impl Default for SlackConfig {
@@ -189,11 +194,50 @@ impl Default for SlackConfig {
         SlackConfig {
             bot_token_env: "SLACK_BOT_TOKEN".into(),
             app_token_env: "SLACK_APP_TOKEN".into(),
-            api_url: "https://slack.com/api".into(),
+            api_url: SLACK_API_URL.into(),
             allowed_users: Vec::new(),
             dm_policy: DmPolicy::Pair,
             require_mention: true,
             allowed_channels: Vec::new(),
+            reply_in_thread: true,
+            thread_follow_ups: true,
         }
     }
 }
+
+impl SlackConfig {
+    /// The two tokens the section names, with the prefix each kind of token starts with (a
+    /// swapped pair is the likeliest mistake, and Slack's own answer to it is obscure).
+    pub fn secrets(&self) -> [SecretRef; 2] {
+        let entry = |key, var: &String, prefix| SecretRef {
+            key,
+            var: var.clone(),
+            required: true,
+            prefix: Some(prefix),
+        };
+        [
+            entry("slack.bot_token_env", &self.bot_token_env, BOT_TOKEN_PREFIX),
+            entry("slack.app_token_env", &self.app_token_env, APP_TOKEN_PREFIX),
+        ]
+    }
+
+    /// The adapter's settings, with the tokens read from the variables the section names.
+    pub fn settings(&self, bot_token: &Secret, app_token: &Secret) -> SlackSettings {
+        let url = self.api_url.trim_end_matches('/');
+        SlackSettings {
+            // slack-morphism has Slack's URL built in; passing it again changes nothing, but
+            // `None` keeps the connector https-only for Slack itself.
+            api_url: (!url.eq_ignore_ascii_case(SLACK_API_URL)).then(|| url.to_owned()),
+            bot_token_env: self.bot_token_env.clone(),
+            app_token_env: self.app_token_env.clone(),
+            reply_in_thread: self.reply_in_thread,
+            thread_follow_ups: self.thread_follow_ups,
+            ..SlackSettings::new(bot_token.expose(), app_token.expose())
+        }
+    }
+}
+
+/// How a bot token (OAuth & Permissions) starts.
+const BOT_TOKEN_PREFIX: &str = "xoxb-";
+/// How an app-level token (Basic Information, App-Level Tokens) starts.
+const APP_TOKEN_PREFIX: &str = "xapp-";

@@ -68,12 +68,51 @@ pub struct SecretRef {
     pub var: String,
     /// Whether herald cannot work without it (platform tokens) or may (a local model).
     pub required: bool,
+    /// How the value must start, for tokens whose kind shows in their prefix (`xoxb-`).
+    pub prefix: Option<&'static str>,
+}
+
+/// Why a secret the config refers to cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SecretError {
+    /// The variable is unset or empty.
+    #[error(transparent)]
+    Missing(#[from] MissingSecret),
+    /// The variable holds another kind of token; the value itself is never shown.
+    #[error(
+        "the environment variable {var} does not hold the right token: it must start with \
+         {prefix}; check that the two tokens are not swapped"
+    )]
+    WrongPrefix {
+        /// The variable's name.
+        var: String,
+        /// How its value must start.
+        prefix: &'static str,
+    },
+}
+
+impl SecretRef {
+    /// The secret from `env`, refused when unset or not starting with [`SecretRef::prefix`].
+    pub fn resolve_in(&self, env: &Env) -> Result<Secret, SecretError> {
+        let secret = resolve_in(&self.var, env)?;
+        match self.prefix {
+            Some(prefix) if !secret.expose().trim().starts_with(prefix) => {
+                Err(SecretError::WrongPrefix { var: self.var.clone(), prefix })
+            }
+            _ => Ok(secret),
+        }
+    }
 }
 
 impl Config {
     /// Every secret the config refers to: the model key and each enabled platform's tokens.
     pub fn secrets(&self) -> Vec<SecretRef> {
-        let entry = |key, var: &String, required| SecretRef { key, var: var.clone(), required };
+        let entry = |key, var: &String, required| SecretRef {
+            key,
+            var: var.clone(),
+            required,
+            prefix: None,
+        };
         let mut refs = vec![entry("model.api_key_env", &self.model.api_key_env, false)];
         if let Some(t) = &self.telegram {
             refs.push(entry("telegram.token_env", &t.token_env, true));
@@ -82,22 +121,26 @@ impl Config {
             refs.push(entry("discord.token_env", &d.token_env, true));
         }
         if let Some(s) = &self.slack {
-            refs.push(entry("slack.bot_token_env", &s.bot_token_env, true));
-            refs.push(entry("slack.app_token_env", &s.app_token_env, true));
+            refs.extend(s.secrets());
         }
         refs
     }
 }
 
-/// Fails on the first secret an enabled platform needs that `env` does not hold.
+/// Fails on the first secret an enabled platform needs that `env` does not hold, or holds
+/// in a form its platform cannot take.
 pub fn check_secrets(loaded: &Loaded, env: &Env) -> Result<(), ConfigError> {
-    for secret in loaded.config.secrets().into_iter().filter(|s| s.required) {
-        if let Err(missing) = resolve_in(&secret.var, env) {
-            return Err(ConfigError::for_key(
-                loaded.path.as_deref(),
-                secret.key,
-                missing.to_string(),
-            ));
+    for secret in loaded.config.secrets() {
+        match secret.resolve_in(env) {
+            Ok(_) => {}
+            Err(SecretError::Missing(_)) if !secret.required => {}
+            Err(problem) => {
+                return Err(ConfigError::for_key(
+                    loaded.path.as_deref(),
+                    secret.key,
+                    problem.to_string(),
+                ));
+            }
         }
     }
     Ok(())
@@ -139,5 +182,20 @@ mod tests {
             )
         );
         assert!(!err.contains("xoxb-1"), "{err}");
+
+        let swapped =
+            Env::fixed(&[("SLACK_BOT_TOKEN", "xapp-1-A-2"), ("SLACK_APP_TOKEN", "xoxb-3")]);
+        let err = check_secrets(&loaded(&config), &swapped).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "/c.toml: slack.bot_token_env: the environment variable SLACK_BOT_TOKEN does not hold \
+             the right token: it must start with xoxb-; check that the two tokens are not swapped"
+        );
+        let app_wrong = Env::fixed(&[("SLACK_BOT_TOKEN", "xoxb-1"), ("SLACK_APP_TOKEN", "xoxp-2")]);
+        let err = check_secrets(&loaded(&config), &app_wrong).unwrap_err().to_string();
+        assert!(err.contains("slack.app_token_env") && err.contains("start with xapp-"), "{err}");
+        assert!(!err.contains("xoxp-2"), "{err}");
+        let right = Env::fixed(&[("SLACK_BOT_TOKEN", "xoxb-1"), ("SLACK_APP_TOKEN", "xapp-2")]);
+        assert_eq!(check_secrets(&loaded(&config), &right), Ok(()));
     }
 }

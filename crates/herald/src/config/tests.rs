@@ -161,6 +161,50 @@ fn the_discord_section_maps_to_the_adapter_settings() {
 }
 
 #[test]
+fn the_slack_section_maps_to_the_adapter_settings() {
+    let config = parsed(
+        r#"
+        [slack]
+        bot_token_env = "HERALD_SLACK_BOT"
+        app_token_env = "HERALD_SLACK_APP"
+        api_url = "http://127.0.0.1:8083/api/"
+        allowed_users = ["U0123"]
+        require_mention = false
+        reply_in_thread = false
+        thread_follow_ups = false
+        "#,
+    )
+    .unwrap();
+    let slack = config.slack.clone().unwrap();
+    let settings = slack.settings(&Secret::new("xoxb-1"), &Secret::new("xapp-2"));
+    assert_eq!((settings.bot_token.as_str(), settings.app_token.as_str()), ("xoxb-1", "xapp-2"));
+    assert_eq!(settings.bot_token_env, "HERALD_SLACK_BOT");
+    assert_eq!(settings.app_token_env, "HERALD_SLACK_APP");
+    assert_eq!(settings.api_url.as_deref(), Some("http://127.0.0.1:8083/api"));
+    assert!(!settings.reply_in_thread && !settings.thread_follow_ups);
+    let access = &config.access()[&Platform::Slack];
+    assert!(access.lists("U0123") && !access.require_mention);
+    let secrets = slack.secrets();
+    assert_eq!(
+        secrets.map(|s| (s.var, s.prefix)),
+        [
+            ("HERALD_SLACK_BOT".to_owned(), Some("xoxb-")),
+            ("HERALD_SLACK_APP".to_owned(), Some("xapp-")),
+        ]
+    );
+
+    let (bot, app) = (Secret::new("xoxb-1"), Secret::new("xapp-2"));
+    let defaults = SlackConfig::default().settings(&bot, &app);
+    let expected = herald_slack::SlackSettings::new("xoxb-1", "xapp-2");
+    assert_eq!(format!("{defaults:?}"), format!("{expected:?}"), "the same defaults");
+    for slack_itself in ["https://slack.com/api", "https://slack.com/api/", "HTTPS://Slack.com/API"]
+    {
+        let section = SlackConfig { api_url: slack_itself.into(), ..SlackConfig::default() };
+        assert_eq!(section.settings(&bot, &app).api_url, None, "{slack_itself}");
+    }
+}
+
+#[test]
 fn type_errors_name_key_and_line() {
     check_error("[store]\nbusy_timout_ms = 5\n", "store.busy_timout_ms", 2, "unknown key");
     check_error("[modle]\nmodel = \"x\"\n", "modle", 1, "use one of `store`");
@@ -220,6 +264,20 @@ fn value_problems_name_key_and_line() {
         "not both",
     );
     check_error("[agent]\npersona_file = \"/nowhere/p.md\"\n", "agent.persona_file", 2, "exist");
+    check_error(
+        "[slack]\napi_url = \"http://127.0.0.1:8083\"\n",
+        "slack.api_url",
+        2,
+        "does not end with /api",
+    );
+    check_error("[slack]\napi_url = \"slack.com/api\"\n", "slack.api_url", 2, "http://");
+    check_error("[slack]\nreply_in_thread = 1\n", "slack.reply_in_thread", 2, "a boolean");
+    check_error(
+        "[slack]\nbot_token_env = \"xoxb-1-2\"\n",
+        "slack.bot_token_env",
+        2,
+        "not the secret",
+    );
     check_error(
         "[slack]\nallowed_channels = [\"C1\", \"*\"]\n",
         "slack.allowed_channels",

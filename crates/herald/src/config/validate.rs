@@ -139,6 +139,18 @@ pub(crate) fn check(config: &Config, file: &Path, source: &str) -> Result<(), Co
         var("slack.bot_token_env", &s.bot_token_env)?;
         var("slack.app_token_env", &s.app_token_env)?;
         url("slack.api_url", &s.api_url, "https://slack.com/api")?;
+        // slack-morphism appends the method (`/auth.test`) to this root: without `/api` every
+        // call would go to a path Slack (and the fake) do not serve.
+        if !s.api_url.trim_end_matches('/').to_ascii_lowercase().ends_with("/api") {
+            return Err(at(
+                "slack.api_url",
+                format!(
+                    "`{}` does not end with /api; write the Web API root with it, like \
+                     \"https://slack.com/api\" or \"http://127.0.0.1:8083/api\"",
+                    s.api_url
+                ),
+            ));
+        }
         channels("slack.allowed_channels", &s.allowed_channels, "C0123456789")?;
     }
     Ok(())

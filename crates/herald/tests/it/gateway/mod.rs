@@ -11,6 +11,7 @@ mod notify;
 mod poison;
 mod reload;
 mod restart;
+mod slack;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

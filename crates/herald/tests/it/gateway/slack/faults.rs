@@ -1,0 +1,94 @@
+//! Slack misbehaving under the daemon: rate limits, connections going away, the whole service
+//! down for a while, and tokens refused while another platform goes on.
+
+use std::time::Duration;
+
+use herald_fakes::slack::{DisconnectReason, FakeSlack, SlackFault};
+
+use super::super::settle;
+use super::{SlackDaemon, texts, user};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn slack_a_rate_limited_answer_is_posted_once_after_the_wait() {
+    let mut d = SlackDaemon::start().await;
+    d.slack.push_fault("chat.postMessage", SlackFault::RateLimited { retry_after: 1 });
+    let dm = FakeSlack::dm_channel(&user(1));
+    d.slack.dm(&user(1), "patience");
+    assert_eq!(texts(&d.replies(&dm, 1).await), ["echo: patience"]);
+    settle().await;
+    assert_eq!(d.slack.posted().len(), 1);
+    let calls = d.slack.calls_of("chat.postMessage");
+    let refused: Vec<_> = calls.iter().filter(|c| c.status == 429).collect();
+    assert_eq!((calls.len(), refused.len()), (2, 1), "{calls:#?}");
+    assert_eq!(d.stop().await, 0, "{}", d.logs());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn slack_messages_after_a_disconnect_and_an_abrupt_close_are_answered() {
+    let mut d = SlackDaemon::start().await;
+    let dm = FakeSlack::dm_channel(&user(1));
+    d.slack.disconnect(DisconnectReason::RefreshRequested);
+    d.slack.dm(&user(1), "after the refresh");
+    assert_eq!(texts(&d.replies(&dm, 1).await), ["echo: after the refresh"]);
+    d.slack.drop_connections();
+    d.slack.dm(&user(1), "after the drop");
+    let posted = d.replies(&dm, 2).await;
+    assert_eq!(texts(&posted), ["echo: after the refresh", "echo: after the drop"]);
+    assert!(d.slack.connections_opened() >= 3, "{}", d.slack.connections_opened());
+    d.every_event_acknowledged_in_time().await;
+    assert_eq!(d.stop().await, 0, "{}", d.logs());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn slack_down_for_a_while_then_back_answers_what_came_meanwhile() {
+    let mut d = SlackDaemon::start().await;
+    let dm = FakeSlack::dm_channel(&user(1));
+    d.slack.down_for(Duration::from_secs(3));
+    d.slack.dm(&user(1), "while down");
+    let posted = d.replies_within(&dm, 1, Duration::from_secs(45)).await;
+    assert_eq!(texts(&posted), ["echo: while down"]);
+    d.slack.dm(&user(1), "back again");
+    assert_eq!(texts(&d.replies(&dm, 2).await)[1], "echo: back again");
+    settle().await;
+    assert_eq!(d.slack.posted_in(&dm).len(), 2, "nothing answered twice");
+    assert_eq!(d.stop().await, 0, "{}", d.logs());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn slack_refused_tokens_are_one_line_naming_the_variable_and_telegram_goes_on() {
+    // Slack refuses the bot token (a revoked app).
+    let slack = {
+        let mut d = SlackDaemon::start_with("", &[], true).await;
+        d.slack.set_invalid_auth(true);
+        d.stop().await;
+        d.spawn().await;
+        d.wait_log("slack refused the token").await;
+        d
+    };
+    let line = |d: &SlackDaemon, var: &str| -> Vec<String> {
+        d.logs().lines().filter(|l| l.contains(var)).map(str::to_owned).collect()
+    };
+    let named = line(&slack, "SLACK_BOT_TOKEN");
+    assert_eq!(named.len(), 1, "{}", slack.logs());
+    assert!(named[0].contains("invalid_auth") && !named[0].contains(FakeSlack::BOT_TOKEN));
+    let telegram = slack.telegram.as_ref().unwrap();
+    telegram.dm(1001, "still here?");
+    let sent = telegram.wait_sent(1, Duration::from_secs(20)).await;
+    assert_eq!(sent[0].text, "echo: still here?");
+
+    // The two tokens swapped: named before Slack is asked anything.
+    let swapped =
+        [("SLACK_BOT_TOKEN", FakeSlack::APP_TOKEN), ("SLACK_APP_TOKEN", FakeSlack::BOT_TOKEN)];
+    let mut d = SlackDaemon::start_with("", &swapped, true).await;
+    d.wait_log("cannot start").await;
+    let named = line(&d, "SLACK_BOT_TOKEN");
+    assert_eq!(named.len(), 1, "{}", d.logs());
+    assert!(named[0].contains("must start with xoxb-"), "{}", named[0]);
+    assert!(named[0].contains("slack.bot_token_env"), "{}", named[0]);
+    assert!(!d.logs().contains("fake-slack-token"), "no token in the log: {}", d.logs());
+    assert!(d.slack.calls().is_empty(), "{:#?}", d.slack.calls());
+    let telegram = d.telegram.as_ref().unwrap();
+    telegram.dm(1001, "and here?");
+    assert_eq!(telegram.wait_sent(1, Duration::from_secs(20)).await[0].text, "echo: and here?");
+    assert_eq!(d.stop().await, 0, "{}", d.logs());
+}

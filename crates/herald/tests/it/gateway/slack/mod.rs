@@ -1,0 +1,229 @@
+//! `herald gateway` as a child process with `[slack]`, against the fake Slack (driven by the
+//! real slack-morphism client inside herald's Slack adapter) and the fake model; with
+//! `[telegram]` beside it where a test needs a second platform.
+
+mod conversation;
+mod delivery;
+mod faults;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use herald_fakes::FakeModel;
+use herald_fakes::slack::{Delivery, FakeSlack, Posted};
+use herald_fakes::telegram::FakeTelegram;
+use herald_store::{Store, StoreOptions};
+
+use crate::common::World;
+
+/// The channel the tests' channel posts go to.
+pub const CHANNEL: &str = "C0TEAM";
+
+/// The Slack user allowed as number `n` (`U1000` ..= `U1059` are on the allowlist).
+pub fn user(n: usize) -> String {
+    format!("U{}", 1000 + n)
+}
+
+/// How long a test waits for something the daemon should do.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// A gateway child process with `[slack]` and its fakes.
+pub struct SlackDaemon {
+    pub world: World,
+    pub slack: FakeSlack,
+    pub model: FakeModel,
+    /// The fake Telegram, when the daemon runs `[telegram]` too.
+    pub telegram: Option<FakeTelegram>,
+    child: Option<Child>,
+    log: std::path::PathBuf,
+    env: Vec<(String, String)>,
+}
+
+impl SlackDaemon {
+    /// Fakes started and a gateway connected to the fake Slack on a fresh store.
+    pub async fn start() -> SlackDaemon {
+        SlackDaemon::start_with("", &[], false).await
+    }
+
+    /// Like [`SlackDaemon::start`]: `extra_slack` goes into `[slack]`, `env` overrides the
+    /// gateway's environment (the tokens), `telegram` adds `[telegram]` with a fake Telegram.
+    /// Waits until Slack's socket is open, or with `telegram` until Telegram is polled.
+    pub async fn start_with(
+        extra_slack: &str,
+        env: &[(&str, &str)],
+        telegram: bool,
+    ) -> SlackDaemon {
+        let slack = FakeSlack::start().await;
+        let model = FakeModel::start().await;
+        let telegram = match telegram {
+            true => Some(FakeTelegram::start().await),
+            false => None,
+        };
+        let allowed: Vec<String> = (0..60).map(|n| format!("\"{}\"", user(n))).collect();
+        let mut config = format!(
+            "[model]\nbase_url = \"{}\"\nmodel = \"fake-model\"\nrequest_timeout_s = 5\n\
+             [gateway]\ndrain_timeout_s = 10\n\
+             [slack]\napi_url = \"{}\"\nallowed_users = [{}]\n{extra_slack}\n",
+            model.base_url(),
+            slack.api_url(),
+            allowed.join(", ")
+        );
+        if let Some(telegram) = &telegram {
+            config.push_str(&format!(
+                "[telegram]\napi_url = \"{}\"\nallowed_users = [\"1001\"]\n",
+                telegram.api_url()
+            ));
+        }
+        let world = World::with_config(&config);
+        let log = world.dir().join("gateway.log");
+        let mut vars = vec![
+            ("SLACK_BOT_TOKEN".to_owned(), FakeSlack::BOT_TOKEN.to_owned()),
+            ("SLACK_APP_TOKEN".to_owned(), FakeSlack::APP_TOKEN.to_owned()),
+            ("TELEGRAM_BOT_TOKEN".to_owned(), FakeTelegram::TOKEN.to_owned()),
+        ];
+        vars.extend(env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
+        let mut daemon = SlackDaemon { world, slack, model, telegram, child: None, log, env: vars };
+        daemon.spawn().await;
+        daemon
+    }
+
+    /// Starts the gateway process and waits until it is connected (see [`Self::start_with`]).
+    pub async fn spawn(&mut self) {
+        let opened = self.slack.connections_opened();
+        let polls = self.telegram.as_ref().map(|t| t.get_updates_offsets().len());
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_herald"));
+        command
+            .arg("gateway")
+            .env_clear()
+            .env("HOME", self.world.dir().join("home"))
+            .env("HERALD_CONFIG", &self.world.config)
+            .env("RUST_LOG", "info")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log);
+        self.child = Some(command.spawn().expect("starting herald gateway"));
+        let started = Instant::now();
+        loop {
+            let ready = match (&self.telegram, polls) {
+                (Some(telegram), Some(polls)) => telegram.get_updates_offsets().len() > polls,
+                _ => self.slack.connections_opened() > opened && self.slack.open_connections() > 0,
+            };
+            if ready {
+                break;
+            }
+            assert!(started.elapsed() < PATIENCE, "the gateway never connected: {}", self.logs());
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("the gateway exited with {status}: {}", self.logs());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// SIGTERM, then the exit code.
+    pub async fn stop(&mut self) -> i32 {
+        let mut child = self.child.take().expect("a running gateway");
+        let pid = child.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status().expect("kill");
+        let started = Instant::now();
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status.code().unwrap_or(-1);
+            }
+            assert!(started.elapsed() < PATIENCE, "the gateway did not stop: {}", self.logs());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// What the gateway logged so far.
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until the gateway has logged `text`.
+    pub async fn wait_log(&self, text: &str) {
+        let started = Instant::now();
+        while !self.logs().contains(text) {
+            assert!(started.elapsed() < PATIENCE, "never logged {text:?}: {}", self.logs());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Waits until the bot posted at least `n` messages in `channel`, and returns them.
+    pub async fn replies(&self, channel: &str, n: usize) -> Vec<Posted> {
+        self.replies_within(channel, n, PATIENCE).await
+    }
+
+    /// [`Self::replies`] with its own patience.
+    pub async fn replies_within(&self, channel: &str, n: usize, patience: Duration) -> Vec<Posted> {
+        let enough = |fake: &FakeSlack| fake.posted_in(channel).len() >= n;
+        let arrived = self.slack.wait_for(patience, enough).await;
+        let posted = self.slack.posted_in(channel);
+        assert!(
+            arrived,
+            "{channel} got {} of {n} replies: {posted:#?}\n{}",
+            posted.len(),
+            self.logs()
+        );
+        posted
+    }
+
+    /// Waits until every envelope sent so far is acknowledged, and asserts each was within
+    /// Slack's 3 s.
+    pub async fn all_acknowledged_in_time(&self) -> Vec<Delivery> {
+        let acked = |fake: &FakeSlack| fake.deliveries().iter().all(|d| d.acked_ms.is_some());
+        self.acknowledged_in_time(acked).await
+    }
+
+    /// Waits until every event sent so far is acknowledged in one of its envelopes, and
+    /// asserts each acknowledgement was within Slack's 3 s: an envelope on a connection that
+    /// went away cannot be acknowledged, and Slack sends its event again.
+    pub async fn every_event_acknowledged_in_time(&self) -> Vec<Delivery> {
+        let acked = |fake: &FakeSlack| {
+            let deliveries = fake.deliveries();
+            deliveries.iter().all(|d| {
+                deliveries
+                    .iter()
+                    .any(|other| other.event_id == d.event_id && other.acked_ms.is_some())
+            })
+        };
+        self.acknowledged_in_time(acked).await
+    }
+
+    async fn acknowledged_in_time(&self, done: impl Fn(&FakeSlack) -> bool) -> Vec<Delivery> {
+        let all = self.slack.wait_for(PATIENCE, done).await;
+        let deliveries = self.slack.deliveries();
+        assert!(all, "unacknowledged: {deliveries:#?}\n{}", self.logs());
+        let late: Vec<&Delivery> = deliveries
+            .iter()
+            .filter(|d| d.ack_delay().is_some_and(|delay| delay >= Duration::from_secs(3)))
+            .collect();
+        assert!(late.is_empty(), "acknowledged after 3 s: {late:#?}");
+        deliveries
+    }
+
+    /// The store, opened beside the running gateway.
+    pub async fn store(&self) -> Store {
+        Store::open(StoreOptions::new(&self.world.db)).await.unwrap()
+    }
+
+    /// Runs `herald ARGS` in the daemon's world.
+    pub fn herald(&self, args: &[&str]) -> crate::common::Run {
+        self.world.herald(args)
+    }
+}
+
+impl Drop for SlackDaemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// The texts of `posted`.
+pub fn texts(posted: &[Posted]) -> Vec<&str> {
+    posted.iter().map(|p| p.text.as_str()).collect()
+}
