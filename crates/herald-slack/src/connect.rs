@@ -45,6 +45,9 @@ const REFUSED_TOKEN: [&str; 6] = [
     "not_allowed_token_type",
 ];
 
+/// Slack opens at most this many Socket Mode connections for one app.
+const MAX_CONNECTIONS: u32 = 10;
+
 /// Runs until `shutdown` is cancelled and every outbound sender is dropped.
 #[tracing::instrument(name = "slack", skip_all)]
 pub(crate) async fn run(
@@ -74,6 +77,8 @@ pub(crate) async fn run(
         .with_push_events(on_push);
     let reconnect = settings.max_backoff.as_secs().clamp(1, RECONNECT_CAP_S);
     let config = SlackClientSocketModeConfig::new()
+        .with_max_connections_count(settings.socket_connections.clamp(1, MAX_CONNECTIONS))
+        .with_initial_backoff_in_seconds(1)
         .with_reconnect_timeout_in_seconds(reconnect)
         .with_ping_interval_in_seconds(PING_EVERY_S)
         .with_ping_failure_threshold_times(3);

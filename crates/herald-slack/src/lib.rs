@@ -65,6 +65,11 @@ pub struct SlackSettings {
     /// How long an envelope waits for its message to be settled before it is left
     /// unacknowledged for Slack to deliver again (Slack waits 3 s).
     pub ack_wait: Duration,
+    /// How many Socket Mode connections to keep open (Slack allows 10). slack-morphism reads a
+    /// connection's next envelope only once the last one's callback returned, and a callback
+    /// returns when its message is stored: the connections are how many envelopes are stored
+    /// at once.
+    pub socket_connections: u32,
     /// How many times one message is tried before the send fails.
     pub send_attempts: u32,
     /// The longest wait between two retries, and between two connection attempts.
@@ -84,6 +89,7 @@ impl SlackSettings {
             reply_in_thread: true,
             thread_follow_ups: true,
             ack_wait: Duration::from_millis(2500),
+            socket_connections: 6,
             send_attempts: 5,
             max_backoff: Duration::from_secs(30),
         }
@@ -102,6 +108,7 @@ impl std::fmt::Debug for SlackSettings {
             .field("reply_in_thread", &self.reply_in_thread)
             .field("thread_follow_ups", &self.thread_follow_ups)
             .field("ack_wait", &self.ack_wait)
+            .field("socket_connections", &self.socket_connections)
             .field("send_attempts", &self.send_attempts)
             .field("max_backoff", &self.max_backoff)
             .finish()
