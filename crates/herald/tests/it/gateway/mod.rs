@@ -6,6 +6,7 @@ mod compression;
 mod conversation;
 mod delivery;
 mod discord;
+mod everywhere;
 mod health;
 mod notify;
 mod poison;
