@@ -5,6 +5,7 @@
 mod conversation;
 mod delivery;
 mod faults;
+mod restart;
 
 use std::time::{Duration, Instant};
 
