@@ -8,7 +8,8 @@
 //! - `agent-overhead`: turns through the agent loop and the store against an instant fake
 //!   model; herald's own time per turn.
 //! - `gateway`: chats through a fake platform (`--platform telegram`, `discord` or `slack`), the
-//!   real adapter and the gateway; on Slack also the envelopes' acknowledgement delays.
+//!   real adapter and the gateway; on Slack also the envelopes' acknowledgement delays; `all`
+//!   runs the three at once in one gateway.
 //!
 //! All SQL stays in the store; the agent is wired as the `herald` binary wires it.
 

@@ -20,18 +20,19 @@ use tokio::io::AsyncReadExt;
 /// Arguments of the hidden `gateway-daemon` command.
 #[derive(Debug, Clone, clap::Args)]
 pub struct DaemonArgs {
-    /// The platform to serve.
-    #[arg(long, value_enum)]
-    pub platform: BenchPlatform,
-    /// The fake Bot API's root.
+    /// A platform to serve (repeated for several, each with its `--api-url` and `--token` in
+    /// the same order).
+    #[arg(long, value_enum, required = true)]
+    pub platform: Vec<BenchPlatform>,
+    /// The fake platform's API root, one per `--platform`.
     #[arg(long)]
-    pub api_url: String,
+    pub api_url: Vec<String>,
     /// The database file.
     #[arg(long)]
     pub db: PathBuf,
-    /// The bot token the fake accepts.
+    /// The bot token the fake accepts, one per `--platform`.
     #[arg(long)]
-    pub token: String,
+    pub token: Vec<String>,
     /// The app-level token the fake accepts (Slack's Socket Mode).
     #[arg(long)]
     pub app_token: Option<String>,
@@ -50,32 +51,43 @@ impl Provider for Instant0 {
 
 /// Runs the gateway until stdin closes; the gateway's default settings, everyone allowed.
 pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.api_url.len() == args.platform.len() && args.token.len() == args.platform.len(),
+        "one --api-url and one --token for each --platform"
+    );
     let store = Store::open(StoreOptions::new(&args.db)).await.context("opening the store")?;
-    let platform = match args.platform {
-        BenchPlatform::Telegram => Platform::Telegram,
-        BenchPlatform::Discord => Platform::Discord,
-        BenchPlatform::Slack => Platform::Slack,
-    };
-    let settings = GatewaySettings::new("You are Herald.", "instant")
-        .with_access(platform, Access { allowed_users: vec!["*".into()], ..Access::default() });
+    let everyone = Access { allowed_users: vec!["*".into()], ..Access::default() };
+    let mut settings = GatewaySettings::new("You are Herald.", "instant");
+    for platform in &args.platform {
+        let platform = match platform {
+            BenchPlatform::Telegram => Platform::Telegram,
+            BenchPlatform::Discord => Platform::Discord,
+            BenchPlatform::Slack => Platform::Slack,
+            BenchPlatform::All => anyhow::bail!("the gateway process serves named platforms"),
+        };
+        settings = settings.with_access(platform, everyone.clone());
+    }
     let tools = history::tools(&store);
     let mut gateway = Gateway::new(store, Instant0, tools, settings);
-    match args.platform {
-        BenchPlatform::Telegram => {
-            let mut telegram = TelegramSettings::new(&args.token, &args.api_url);
-            telegram.poll_timeout = Duration::from_secs(5);
-            gateway.add_adapter(TelegramAdapter::new(telegram)).await?;
-        }
-        BenchPlatform::Discord => {
-            let mut discord = DiscordSettings::new(&args.token);
-            discord.api_url = Some(args.api_url.clone());
-            gateway.add_adapter(DiscordAdapter::new(discord)).await?;
-        }
-        BenchPlatform::Slack => {
-            let app_token = args.app_token.as_deref().context("slack needs --app-token")?;
-            let mut slack = SlackSettings::new(&args.token, app_token);
-            slack.api_url = Some(args.api_url.clone());
-            gateway.add_adapter(SlackAdapter::new(slack)).await?;
+    for ((platform, api_url), token) in args.platform.iter().zip(&args.api_url).zip(&args.token) {
+        match platform {
+            BenchPlatform::Telegram => {
+                let mut telegram = TelegramSettings::new(token, api_url);
+                telegram.poll_timeout = Duration::from_secs(5);
+                gateway.add_adapter(TelegramAdapter::new(telegram)).await?;
+            }
+            BenchPlatform::Discord => {
+                let mut discord = DiscordSettings::new(token);
+                discord.api_url = Some(api_url.clone());
+                gateway.add_adapter(DiscordAdapter::new(discord)).await?;
+            }
+            BenchPlatform::Slack => {
+                let app_token = args.app_token.as_deref().context("slack needs --app-token")?;
+                let mut slack = SlackSettings::new(token, app_token);
+                slack.api_url = Some(api_url.clone());
+                gateway.add_adapter(SlackAdapter::new(slack)).await?;
+            }
+            BenchPlatform::All => anyhow::bail!("the gateway process serves named platforms"),
         }
     }
     gateway

@@ -1,6 +1,6 @@
 //! The fake platform a `gateway` run writes on.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use herald_fakes::discord::{FakeDiscord, InboundMessage};
 use herald_fakes::slack::{Delivery, FakeSlack};
@@ -17,6 +17,8 @@ pub enum BenchPlatform {
     Discord,
     /// The Slack adapter (Socket Mode and the Web API).
     Slack,
+    /// All three adapters in one gateway, a third of the chats on each.
+    All,
 }
 
 impl BenchPlatform {
@@ -26,6 +28,7 @@ impl BenchPlatform {
             BenchPlatform::Telegram => "telegram",
             BenchPlatform::Discord => "discord",
             BenchPlatform::Slack => "slack",
+            BenchPlatform::All => "all",
         }
     }
 }
@@ -39,14 +42,29 @@ pub(super) enum Fake {
 }
 
 impl Fake {
-    pub(super) async fn start(platform: BenchPlatform) -> Fake {
+    /// The fakes `platform` runs on: one, or all three for [`BenchPlatform::All`].
+    pub(super) async fn start(platform: BenchPlatform) -> Vec<Fake> {
         match platform {
-            BenchPlatform::Telegram => Fake::Telegram(FakeTelegram::start().await),
-            BenchPlatform::Discord => Fake::Discord(FakeDiscord::start().await),
+            BenchPlatform::Telegram => vec![Fake::Telegram(FakeTelegram::start().await)],
+            BenchPlatform::Discord => vec![Fake::Discord(FakeDiscord::start().await)],
             // The bot's own posts come back as `message` events, as on Slack (a DM app
             // subscribed to `message.im` gets them): the adapter must acknowledge and drop one
             // for every answer, which is part of the load measured.
-            BenchPlatform::Slack => Fake::Slack(FakeSlack::start().await),
+            BenchPlatform::Slack => vec![Fake::Slack(FakeSlack::start().await)],
+            BenchPlatform::All => vec![
+                Fake::Telegram(FakeTelegram::start().await),
+                Fake::Discord(FakeDiscord::start().await),
+                Fake::Slack(FakeSlack::start().await),
+            ],
+        }
+    }
+
+    /// The platform this fake stands for.
+    pub(super) fn platform(&self) -> BenchPlatform {
+        match self {
+            Fake::Telegram(_) => BenchPlatform::Telegram,
+            Fake::Discord(_) => BenchPlatform::Discord,
+            Fake::Slack(_) => BenchPlatform::Slack,
         }
     }
 
@@ -144,4 +162,31 @@ impl Fake {
             }
         }
     }
+}
+
+/// Follows the bot's replies on each of `fakes`, sending `(index of the fake, text, when seen)`
+/// into one channel, from the first `seen[i]` replies of fake `i` on, until the receiver goes.
+/// One task per fake: a fake's wait returns as soon as it has news, so a quiet platform never
+/// delays when another's replies are seen (that time is the measured latency).
+pub(super) fn follow(
+    fakes: &[Fake],
+    seen: Vec<usize>,
+) -> tokio::sync::mpsc::UnboundedReceiver<(usize, String, Instant)> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    for (i, (fake, mut seen)) in fakes.iter().cloned().zip(seen).enumerate() {
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            while !tx.is_closed() {
+                let new = fake.wait_sent_after(seen, Duration::from_millis(500)).await;
+                let now = Instant::now();
+                seen += new.len();
+                for text in new {
+                    if tx.send((i, text, now)).is_err() {
+                        return;
+                    }
+                }
+            }
+        });
+    }
+    rx
 }

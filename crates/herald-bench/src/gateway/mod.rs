@@ -6,7 +6,9 @@
 //! long envelopes waited for their acknowledgement (Slack redelivers after 3 s), over every
 //! envelope the fake sent: the users' DMs and the bot's own answers, which the fake sends back
 //! as events as Slack does (`echo_own_posts` left on), so the adapter acknowledges two
-//! envelopes per message.
+//! envelopes per message. `--platform all` runs the three fakes and one gateway process with
+//! the three adapters, chat `c` on platform `c % 3`, and also counts replies that came out on
+//! another platform than their message (`crossed`).
 
 pub mod daemon;
 mod fake;
@@ -63,6 +65,9 @@ struct GatewayLine {
     p99_ms: f64,
     max_ms: f64,
     peak_rss_mb: f64,
+    /// Replies posted on another platform than their message's (with `all`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    crossed: Option<usize>,
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     acks: Option<Acks>,
 }
@@ -109,18 +114,18 @@ const STALL: Duration = Duration::from_secs(30);
 /// Runs the scenario.
 pub async fn run(args: GatewayArgs) -> anyhow::Result<Outcome> {
     let scratch = ScratchDb::resolve(args.db.clone(), "gateway")?;
-    let fake = Fake::start(args.platform).await;
+    let fakes = Fake::start(args.platform).await;
     let exe = std::env::current_exe().context("could not find this binary to spawn the gateway")?;
     let mut daemon = Command::new(exe);
-    daemon
-        .arg("gateway-daemon")
-        .args(["--platform", args.platform.name()])
-        .args(["--api-url", &fake.api_url()])
-        .arg("--db")
-        .arg(scratch.path())
-        .args(["--token", fake.token()]);
-    if let Some(app_token) = fake.app_token() {
-        daemon.args(["--app-token", app_token]);
+    daemon.arg("gateway-daemon").arg("--db").arg(scratch.path());
+    for fake in &fakes {
+        daemon
+            .args(["--platform", fake.platform().name()])
+            .args(["--api-url", &fake.api_url()])
+            .args(["--token", fake.token()]);
+        if let Some(app_token) = fake.app_token() {
+            daemon.args(["--app-token", app_token]);
+        }
     }
     let mut daemon = daemon
         .stdin(Stdio::piped())
@@ -131,17 +136,22 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<Outcome> {
         .context("could not spawn the gateway process")?;
     let stop = daemon.stdin.take().context("the gateway process has no stdin")?;
     let pid = daemon.id().context("the gateway process has no pid")?;
-    fake.wait_connected(&mut daemon).await?;
-    // Warm up: one message through, so connection set-up is not measured.
-    fake.dm(1, "warm-up");
-    let warm = fake.wait_sent_after(0, Duration::from_secs(30)).await;
-    anyhow::ensure!(!warm.is_empty(), "the warm-up message was never answered");
+    let mut seen = Vec::with_capacity(fakes.len());
+    for fake in &fakes {
+        fake.wait_connected(&mut daemon).await?;
+        // Warm up: one message through, so connection set-up is not measured.
+        fake.dm(1, "warm-up");
+        let warm = fake.wait_sent_after(0, Duration::from_secs(30)).await;
+        anyhow::ensure!(!warm.is_empty(), "the warm-up message was never answered");
+        seen.push(warm.len());
+    }
 
     let total = (args.chats * args.messages) as usize;
     let gap = if args.rate == 0 { Duration::ZERO } else { Duration::from_secs(1) / args.rate };
     let started = Instant::now();
+    // Chat `c` writes on fake `c % fakes.len()`: a third of the chats on each with `all`.
     let injector = {
-        let fake = fake.clone();
+        let fakes = fakes.clone();
         let chats = args.chats;
         let messages = args.messages;
         tokio::spawn(async move {
@@ -157,51 +167,62 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<Outcome> {
                         next += gap;
                     }
                     let text = format!("c{c}m{m}");
-                    at.insert(format!("re {text}"), Instant::now());
-                    fake.dm(FIRST_USER + i64::from(c), &text);
+                    let on = c as usize % fakes.len();
+                    at.insert(format!("re {text}"), (Instant::now(), on));
+                    fakes[on].dm(FIRST_USER + i64::from(c), &text);
                 }
             }
             at
         })
     };
-    let mut seen = warm.len();
-    let mut arrived: Vec<(String, Instant)> = Vec::with_capacity(total);
+    let mut replies = fake::follow(&fakes, seen);
+    let mut arrived: Vec<(usize, String, Instant)> = Vec::with_capacity(total);
     let mut last_progress = Instant::now();
     while arrived.len() < total {
-        let new = fake.wait_sent_after(seen, Duration::from_secs(1)).await;
-        let now = Instant::now();
-        if new.is_empty() && injector.is_finished() && now - last_progress > STALL {
-            eprintln!(
-                "herald-bench: no reply for {} s; {} of {total} answered",
-                STALL.as_secs(),
-                arrived.len()
-            );
-            break;
+        match tokio::time::timeout(Duration::from_secs(1), replies.recv()).await {
+            Ok(Some(reply)) => {
+                last_progress = Instant::now();
+                arrived.push(reply);
+            }
+            Ok(None) => break,
+            Err(_) if injector.is_finished() && last_progress.elapsed() > STALL => {
+                eprintln!(
+                    "herald-bench: no reply for {} s; {} of {total} answered",
+                    STALL.as_secs(),
+                    arrived.len()
+                );
+                break;
+            }
+            Err(_) => {}
         }
-        if !new.is_empty() {
-            last_progress = now;
-        }
-        seen += new.len();
-        arrived.extend(new.into_iter().map(|text| (text, now)));
     }
+    drop(replies);
     let elapsed = started.elapsed().as_secs_f64();
     let injected = injector.await.context("the injector failed")?;
     // The high-water mark, read before the process goes.
     let peak_rss = peak_rss_mb(pid);
-    let acks = fake.deliveries().await.map(|deliveries| Acks::of(&deliveries));
+    let mut acks = None;
+    for fake in &fakes {
+        acks = acks.or(fake.deliveries().await.map(|deliveries| Acks::of(&deliveries)));
+    }
     drop(stop);
     let status = daemon.wait().await.context("the gateway process was lost")?;
     anyhow::ensure!(status.success(), "the gateway process exited with {status}");
 
-    // The first copy of each reply counts; a second one is a doubled answer.
+    // The first copy of each reply counts; a second one is a doubled answer, one on another
+    // platform than its message's a crossed one (and not an answer).
     let mut first = std::collections::HashSet::with_capacity(arrived.len());
-    let mut doubled = 0;
+    let (mut doubled, mut crossed) = (0, 0);
     let mut latencies = Vec::with_capacity(arrived.len());
-    for (text, when) in &arrived {
+    for (on, text, when) in &arrived {
         if !first.insert(text.as_str()) {
             doubled += 1;
-        } else if let Some(at) = injected.get(text) {
-            latencies.push(when.duration_since(*at).as_secs_f64() * 1000.0);
+        } else if let Some((at, expected)) = injected.get(text) {
+            if on == expected {
+                latencies.push(when.duration_since(*at).as_secs_f64() * 1000.0);
+            } else {
+                crossed += 1;
+            }
         }
     }
     if std::env::var_os("HERALD_BENCH_TRACE").is_some() {
@@ -230,10 +251,12 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<Outcome> {
         p99_ms: round(latencies.percentile(99.0), 2),
         max_ms: round(latencies.percentile(100.0), 2),
         peak_rss_mb: round(peak_rss, 1),
+        crossed: (fakes.len() > 1).then_some(crossed),
         acks,
     };
     let acked = line.acks.as_ref().is_none_or(|acks| acks.unacked == 0);
-    Ok(Outcome { line: serde_json::to_string(&line)?, ok: lost == 0 && doubled == 0 && acked })
+    let ok = lost == 0 && doubled == 0 && crossed == 0 && acked;
+    Ok(Outcome { line: serde_json::to_string(&line)?, ok })
 }
 
 /// A process's peak resident set size (VmHWM), in MiB; 0 where /proc is not available.

@@ -6,14 +6,15 @@ mod compression;
 mod conversation;
 mod delivery;
 mod discord;
+mod everywhere;
 mod health;
 mod notify;
 mod poison;
+mod process;
 mod reload;
 mod restart;
 mod slack;
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use herald_fakes::FakeModel;
@@ -21,6 +22,7 @@ use herald_fakes::telegram::{FakeTelegram, SentMessage};
 use herald_store::{Store, StoreOptions};
 
 use crate::common::World;
+use process::GatewayProcess;
 
 /// Users on the allowlist of every test daemon.
 pub const ALLOWED: [i64; 3] = [1001, 1002, 1003];
@@ -30,10 +32,7 @@ pub struct Daemon {
     pub world: World,
     pub telegram: FakeTelegram,
     pub model: FakeModel,
-    child: Option<Child>,
-    log: std::path::PathBuf,
-    /// Extra environment variables for the gateway process.
-    env: Vec<(String, String)>,
+    process: GatewayProcess,
 }
 
 impl Daemon {
@@ -46,20 +45,16 @@ impl Daemon {
     pub async fn start_with_env(extra_gateway: &str, env: &[(&str, &str)]) -> Daemon {
         let telegram = FakeTelegram::start().await;
         let model = FakeModel::start().await;
-        let allowed: Vec<String> = ALLOWED.iter().map(|id| format!("\"{id}\"")).collect();
         let config = format!(
             "[model]\nbase_url = \"{}\"\nmodel = \"fake-model\"\nrequest_timeout_s = 5\n\
-             [gateway]\ndrain_timeout_s = 10\n{extra_gateway}\n\
-             [telegram]\napi_url = \"{}\"\nallowed_users = [{}]\n",
+             [gateway]\ndrain_timeout_s = 10\n{extra_gateway}\n{}",
             model.base_url(),
-            telegram.api_url(),
-            allowed.join(", ")
+            telegram_section(&telegram, &ALLOWED),
         );
         let mut world = World::with_config(&config);
         world.env("TELEGRAM_BOT_TOKEN", FakeTelegram::TOKEN);
-        let log = world.dir().join("gateway.log");
-        let env = env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
-        let mut daemon = Daemon { world, telegram, model, child: None, log, env };
+        let process = GatewayProcess::new(&world, env);
+        let mut daemon = Daemon { world, telegram, model, process };
         daemon.spawn().await;
         daemon
     }
@@ -67,20 +62,7 @@ impl Daemon {
     /// Starts the gateway process and waits until it polls the fake.
     pub async fn spawn(&mut self) {
         let polls = self.telegram.get_updates_offsets().len();
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_herald"));
-        command
-            .arg("gateway")
-            .env_clear()
-            .env("HOME", self.world.dir().join("home"))
-            .env("HERALD_CONFIG", &self.world.config)
-            .env("TELEGRAM_BOT_TOKEN", FakeTelegram::TOKEN)
-            .env("RUST_LOG", "info")
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log);
-        self.child = Some(command.spawn().expect("starting herald gateway"));
+        self.process.launch(&self.world);
         let started = Instant::now();
         while self.telegram.get_updates_offsets().len() <= polls {
             assert!(
@@ -88,9 +70,7 @@ impl Daemon {
                 "the gateway never polled: {}",
                 self.logs()
             );
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("the gateway exited with {status}: {}", self.logs());
-            }
+            self.process.assert_running("the gateway never polled");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
@@ -110,21 +90,14 @@ impl Daemon {
         self.spawn().await;
     }
 
-    /// The gateway process's id.
-    pub fn pid(&self) -> u32 {
-        self.child.as_ref().expect("a running gateway").id()
-    }
-
     /// Sends a signal (`HUP`, `TERM`) to the gateway process.
     pub fn signal(&self, name: &str) {
-        let pid = self.pid().to_string();
-        let status = Command::new("kill").args([&format!("-{name}"), &pid]).status().expect("kill");
-        assert!(status.success(), "kill -{name} {pid} failed");
+        self.process.signal(name);
     }
 
     /// Whether the gateway process is still running.
     pub fn is_running(&mut self) -> bool {
-        self.child.as_mut().is_some_and(|c| c.try_wait().unwrap().is_none())
+        self.process.is_running()
     }
 
     /// Waits until the gateway has logged `text` at least `n` times.
@@ -142,26 +115,12 @@ impl Daemon {
 
     /// SIGTERM, then the exit code.
     pub async fn stop(&mut self) -> i32 {
-        let mut child = self.child.take().expect("a running gateway");
-        let pid = child.id().to_string();
-        Command::new("kill").args(["-TERM", &pid]).status().expect("kill");
-        let started = Instant::now();
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                return status.code().unwrap_or(-1);
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "the gateway did not stop: {}",
-                self.logs()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        self.process.stop(Duration::from_secs(30)).await
     }
 
     /// What the gateway logged so far.
     pub fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.process.logs()
     }
 
     /// Waits until `chat` got at least `n` messages, and returns them.
@@ -193,13 +152,14 @@ impl Daemon {
     }
 }
 
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
+/// `[telegram]` against `telegram`, with `users` allowed.
+pub fn telegram_section(telegram: &FakeTelegram, users: &[i64]) -> String {
+    let users: Vec<String> = users.iter().map(|id| format!("\"{id}\"")).collect();
+    format!(
+        "[telegram]\napi_url = \"{}\"\nallowed_users = [{}]\n",
+        telegram.api_url(),
+        users.join(", ")
+    )
 }
 
 /// Gives the gateway a moment to (not) do something.

@@ -13,8 +13,6 @@ mod faults;
 mod outage;
 mod servers;
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use herald_fakes::FakeModel;
@@ -22,6 +20,8 @@ use herald_fakes::discord::{FakeDiscord, InboundMessage, SentMessage};
 use herald_fakes::telegram::FakeTelegram;
 use herald_store::{Store, StoreOptions};
 
+use super::process::GatewayProcess;
+use super::telegram_section;
 use crate::common::World;
 
 /// Discord users on the allowlist of every test daemon.
@@ -55,9 +55,7 @@ pub struct DiscordDaemon {
     pub discord: FakeDiscord,
     pub model: FakeModel,
     pub telegram: Option<FakeTelegram>,
-    child: Option<Child>,
-    log: PathBuf,
-    env: Vec<(String, String)>,
+    process: GatewayProcess,
 }
 
 impl DiscordDaemon {
@@ -80,46 +78,25 @@ impl DiscordDaemon {
         let discord = FakeDiscord::start().await;
         let model = FakeModel::start().await;
         let telegram = if setup.telegram { Some(FakeTelegram::start().await) } else { None };
-        let users: Vec<String> = USERS.iter().map(|id| format!("\"{id}\"")).collect();
         let mut config = format!(
             "[model]\nbase_url = \"{}\"\nmodel = \"fake-model\"\nrequest_timeout_s = 5\n\
-             [gateway]\ndrain_timeout_s = 10\n{}\n\
-             [discord]\napi_url = \"{}\"\nallowed_users = [{}]\n{}\n",
+             [gateway]\ndrain_timeout_s = 10\n{}\n{}{}\n",
             model.base_url(),
             setup.gateway,
-            discord.api_url(),
-            users.join(", "),
+            discord_section(&discord, &USERS),
             setup.discord,
         );
         if let Some(telegram) = &telegram {
-            config.push_str(&format!(
-                "[telegram]\napi_url = \"{}\"\nallowed_users = [\"{TELEGRAM_USER}\"]\n",
-                telegram.api_url()
-            ));
+            config.push_str(&telegram_section(telegram, &[TELEGRAM_USER]));
         }
         let world = World::with_config(&config);
-        let log = world.dir().join("gateway.log");
-        let env = setup.env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect();
-        DiscordDaemon { world, discord, model, telegram, child: None, log, env }
+        let process = GatewayProcess::new(&world, setup.env);
+        DiscordDaemon { world, discord, model, telegram, process }
     }
 
     /// Starts the gateway process without waiting for anything.
     pub fn launch(&mut self) {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_herald"));
-        command
-            .arg("gateway")
-            .env_clear()
-            .env("HOME", self.world.dir().join("home"))
-            .env("HERALD_CONFIG", &self.world.config)
-            .env("DISCORD_BOT_TOKEN", FakeDiscord::TOKEN)
-            .env("TELEGRAM_BOT_TOKEN", FakeTelegram::TOKEN)
-            .env("RUST_LOG", "info")
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log);
-        self.child = Some(command.spawn().expect("starting herald gateway"));
+        self.process.launch(&self.world);
     }
 
     /// Starts the gateway process and waits until its Discord session is ready.
@@ -140,20 +117,14 @@ impl DiscordDaemon {
         let started = Instant::now();
         while !done(self) {
             assert!(started.elapsed() < PATIENCE, "{what}: {}", self.logs());
-            if let Some(child) = self.child.as_mut()
-                && let Some(status) = child.try_wait().unwrap()
-            {
-                panic!("{what}: the gateway exited with {status}: {}", self.logs());
-            }
+            self.process.assert_running(what);
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
     /// Sends a signal (`HUP`, `TERM`, `KILL`) to the gateway process.
     pub fn signal(&self, name: &str) {
-        let pid = self.child.as_ref().expect("a running gateway").id().to_string();
-        let status = Command::new("kill").args([&format!("-{name}"), &pid]).status().expect("kill");
-        assert!(status.success(), "kill -{name} {pid} failed");
+        self.process.signal(name);
     }
 
     /// Waits until the gateway has logged `text` at least `n` times.
@@ -164,24 +135,12 @@ impl DiscordDaemon {
 
     /// SIGTERM (unless it was killed already), then the exit code.
     pub async fn stop(&mut self) -> i32 {
-        let mut child = self.child.take().expect("a running gateway");
-        if child.try_wait().unwrap().is_none() {
-            let pid = child.id().to_string();
-            Command::new("kill").args(["-TERM", &pid]).status().expect("kill");
-        }
-        let started = Instant::now();
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                return status.code().unwrap_or(-1);
-            }
-            assert!(started.elapsed() < PATIENCE, "the gateway did not stop: {}", self.logs());
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        self.process.stop(PATIENCE).await
     }
 
     /// What the gateway logged so far.
     pub fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.process.logs()
     }
 
     /// What the bot posted in `channel` so far.
@@ -241,13 +200,14 @@ impl DiscordDaemon {
     }
 }
 
-impl Drop for DiscordDaemon {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
+/// `[discord]` against `discord`, with `users` allowed.
+pub fn discord_section(discord: &FakeDiscord, users: &[u64]) -> String {
+    let users: Vec<String> = users.iter().map(|id| format!("\"{id}\"")).collect();
+    format!(
+        "[discord]\napi_url = \"{}\"\nallowed_users = [{}]\n",
+        discord.api_url(),
+        users.join(", ")
+    )
 }
 
 /// Gives the gateway a moment to (not) do something.

@@ -5,8 +5,8 @@
 mod conversation;
 mod delivery;
 mod faults;
+mod restart;
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use herald_fakes::FakeModel;
@@ -14,6 +14,8 @@ use herald_fakes::slack::{Delivery, FakeSlack, Posted};
 use herald_fakes::telegram::FakeTelegram;
 use herald_store::{Store, StoreOptions};
 
+use super::process::GatewayProcess;
+use super::telegram_section;
 use crate::common::World;
 
 /// The channel the tests' channel posts go to.
@@ -34,9 +36,7 @@ pub struct SlackDaemon {
     pub model: FakeModel,
     /// The fake Telegram, when the daemon runs `[telegram]` too.
     pub telegram: Option<FakeTelegram>,
-    child: Option<Child>,
-    log: std::path::PathBuf,
-    env: Vec<(String, String)>,
+    process: GatewayProcess,
 }
 
 impl SlackDaemon {
@@ -59,30 +59,19 @@ impl SlackDaemon {
             true => Some(FakeTelegram::start().await),
             false => None,
         };
-        let allowed: Vec<String> = (0..60).map(|n| format!("\"{}\"", user(n))).collect();
+        let users: Vec<String> = (0..60).map(user).collect();
         let mut config = format!(
             "[model]\nbase_url = \"{}\"\nmodel = \"fake-model\"\nrequest_timeout_s = 5\n\
-             [gateway]\ndrain_timeout_s = 10\n\
-             [slack]\napi_url = \"{}\"\nallowed_users = [{}]\n{extra_slack}\n",
+             [gateway]\ndrain_timeout_s = 10\n{}{extra_slack}\n",
             model.base_url(),
-            slack.api_url(),
-            allowed.join(", ")
+            slack_section(&slack, &users),
         );
         if let Some(telegram) = &telegram {
-            config.push_str(&format!(
-                "[telegram]\napi_url = \"{}\"\nallowed_users = [\"1001\"]\n",
-                telegram.api_url()
-            ));
+            config.push_str(&telegram_section(telegram, &[1001]));
         }
         let world = World::with_config(&config);
-        let log = world.dir().join("gateway.log");
-        let mut vars = vec![
-            ("SLACK_BOT_TOKEN".to_owned(), FakeSlack::BOT_TOKEN.to_owned()),
-            ("SLACK_APP_TOKEN".to_owned(), FakeSlack::APP_TOKEN.to_owned()),
-            ("TELEGRAM_BOT_TOKEN".to_owned(), FakeTelegram::TOKEN.to_owned()),
-        ];
-        vars.extend(env.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())));
-        let mut daemon = SlackDaemon { world, slack, model, telegram, child: None, log, env: vars };
+        let process = GatewayProcess::new(&world, env);
+        let mut daemon = SlackDaemon { world, slack, model, telegram, process };
         daemon.spawn().await;
         daemon
     }
@@ -91,19 +80,7 @@ impl SlackDaemon {
     pub async fn spawn(&mut self) {
         let opened = self.slack.connections_opened();
         let polls = self.telegram.as_ref().map(|t| t.get_updates_offsets().len());
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_herald"));
-        command
-            .arg("gateway")
-            .env_clear()
-            .env("HOME", self.world.dir().join("home"))
-            .env("HERALD_CONFIG", &self.world.config)
-            .env("RUST_LOG", "info")
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log);
-        self.child = Some(command.spawn().expect("starting herald gateway"));
+        self.process.launch(&self.world);
         let started = Instant::now();
         loop {
             let ready = match (&self.telegram, polls) {
@@ -114,31 +91,19 @@ impl SlackDaemon {
                 break;
             }
             assert!(started.elapsed() < PATIENCE, "the gateway never connected: {}", self.logs());
-            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("the gateway exited with {status}: {}", self.logs());
-            }
+            self.process.assert_running("the gateway never connected");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
     /// SIGTERM, then the exit code.
     pub async fn stop(&mut self) -> i32 {
-        let mut child = self.child.take().expect("a running gateway");
-        let pid = child.id().to_string();
-        Command::new("kill").args(["-TERM", &pid]).status().expect("kill");
-        let started = Instant::now();
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                return status.code().unwrap_or(-1);
-            }
-            assert!(started.elapsed() < PATIENCE, "the gateway did not stop: {}", self.logs());
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        self.process.stop(PATIENCE).await
     }
 
     /// What the gateway logged so far.
     pub fn logs(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        self.process.logs()
     }
 
     /// Waits until the gateway has logged `text`.
@@ -214,13 +179,10 @@ impl SlackDaemon {
     }
 }
 
-impl Drop for SlackDaemon {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
+/// `[slack]` against `slack`, with `users` allowed.
+pub fn slack_section(slack: &FakeSlack, users: &[String]) -> String {
+    let users: Vec<String> = users.iter().map(|id| format!("\"{id}\"")).collect();
+    format!("[slack]\napi_url = \"{}\"\nallowed_users = [{}]\n", slack.api_url(), users.join(", "))
 }
 
 /// The texts of `posted`.
