@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use herald_core::{AdapterContext, AdapterError, AdapterEvent, Platform, backoff};
+use herald_core::{AdapterContext, AdapterError, AdapterEvent, Platform, backoff, serve_outbound};
 use hyper_rustls::HttpsConnectorBuilder;
 use slack_morphism::api::SlackApiAppsConnectionOpenRequest;
 use slack_morphism::events::SlackPushEventCallback;
@@ -18,10 +18,8 @@ use slack_morphism::{
     SlackApiToken, SlackApiTokenValue, SlackClient, SlackClientSocketModeConfig,
     SlackClientSocketModeListener, SlackSocketModeListenerCallbacks, UserCallbackResult,
 };
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
-use tracing::{Instrument, info, warn};
+use tracing::{info, warn};
 
 use crate::SlackSettings;
 use crate::error::{Failure, Secrets, classify};
@@ -55,7 +53,7 @@ pub(crate) async fn run(
     ctx: AdapterContext,
     shutdown: CancellationToken,
 ) -> Result<(), AdapterError> {
-    let AdapterContext { events, mut outbound, .. } = ctx;
+    let AdapterContext { events, outbound, .. } = ctx;
     let secrets = Secrets(vec![settings.bot_token.clone(), settings.app_token.clone()]);
     let client = Arc::new(SlackClient::new(connector(&settings)?));
     let bot_token = token(&settings.bot_token);
@@ -96,36 +94,24 @@ pub(crate) async fn run(
         settings: Arc::new(settings),
         secrets,
     };
-    let permits = Arc::new(Semaphore::new(MAX_CONCURRENT_SENDS));
-    let tracker = TaskTracker::new();
-    let mut listening = true;
-    loop {
+    let closed = CancellationToken::new();
+    let listening = async {
         tokio::select! {
-            () = shutdown.cancelled(), if listening => {
-                // Stop taking events; what is unacknowledged comes again at the next start.
-                listening = false;
-                listener.shutdown().await;
-            }
-            request = outbound.recv() => {
-                let Some(request) = request else { break };
-                // Waiting for a permit here is the backpressure: the gateway's channel fills up.
-                let Ok(permit) = permits.clone().acquire_owned().await else { break };
-                let sender = sender.clone();
-                tracker.spawn(
-                    async move {
-                        sender.handle(request).await;
-                        drop(permit);
-                    }
-                    .in_current_span(),
-                );
-            }
+            () = shutdown.cancelled() => {}
+            () = closed.cancelled() => {}
         }
-    }
-    if listening {
+        // Stop taking events; what is unacknowledged comes again at the next start.
         listener.shutdown().await;
-    }
-    tracker.close();
-    tracker.wait().await;
+    };
+    let serving = async {
+        let serving = serve_outbound(outbound, MAX_CONCURRENT_SENDS, move |request| {
+            let sender = sender.clone();
+            async move { sender.handle(request).await }
+        });
+        serving.await;
+        closed.cancel();
+    };
+    tokio::join!(listening, serving);
     info!("slack adapter stopped");
     Ok(())
 }
