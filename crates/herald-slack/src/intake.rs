@@ -8,7 +8,7 @@
 //! the gateway ignored as not addressed never hides the mention. A channel `message` that
 //! carries `<@BOT>` is the mention itself, so whichever copy comes first is the one answered.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::hash::Hash;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -93,6 +93,8 @@ struct Memory {
     newest: Recent<ChatRef, PostKey>,
     /// Chats showing a working reaction now, and the message it is on.
     working: HashMap<ChatRef, PostKey>,
+    /// The messages a working reaction was put on (an answer within a second gets none).
+    shown: HashSet<PostKey>,
 }
 
 /// Which event of a post this is.
@@ -348,6 +350,21 @@ impl Intake {
     /// The message whose working reaction should go now that `chat` got its answer.
     pub(crate) fn stop_working(&self, chat: &ChatRef) -> Option<PostKey> {
         self.memory().working.remove(chat)
+    }
+
+    /// Whether `chat` still waits for its answer on `target` (and marks the reaction shown).
+    pub(crate) fn still_working(&self, chat: &ChatRef, target: &PostKey) -> bool {
+        let mut memory = self.memory();
+        let waiting = memory.working.get(chat) == Some(target);
+        if waiting {
+            memory.shown.insert(target.clone());
+        }
+        waiting
+    }
+
+    /// Whether the working reaction went on `target` (and forgets it).
+    pub(crate) fn shown(&self, target: &PostKey) -> bool {
+        self.memory().shown.remove(target)
     }
 }
 

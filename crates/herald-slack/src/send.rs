@@ -22,6 +22,9 @@ use crate::intake::Intake;
 use crate::markup::to_mrkdwn;
 use crate::{MAX_MESSAGE_LEN, SlackSettings};
 
+/// How long an answer may take before the working reaction goes on.
+const REACT_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The reaction that says "working on it".
 pub(crate) const WORKING: &str = "hourglass_flowing_sand";
 
@@ -61,7 +64,11 @@ impl Sender {
                     warn!(chat = %chat.id, error = %e, "could not edit a message");
                 }
             }
-            Outbound::Typing { chat } => self.working(&chat).await,
+            Outbound::Typing { chat } => {
+                // The wait must not hold one of the send slots.
+                let sender = self.clone();
+                tokio::spawn(async move { sender.working(&chat).await });
+            }
         }
     }
 
@@ -116,9 +123,15 @@ impl Sender {
         .map(drop)
     }
 
-    /// Puts the working reaction on the chat's newest message, once.
+    /// Puts the working reaction on the chat's newest message, once, unless the answer came
+    /// first: an answer within [`REACT_AFTER`] needs no sign of work, and saves two calls.
     async fn working(&self, chat: &ChatRef) {
-        let Some((channel, ts)) = self.intake.start_working(chat) else { return };
+        let Some(target) = self.intake.start_working(chat) else { return };
+        tokio::time::sleep(REACT_AFTER).await;
+        if !self.intake.still_working(chat, &target) {
+            return;
+        }
+        let (channel, ts) = target;
         let request =
             SlackApiReactionsAddRequest::new(channel.into(), WORKING.into(), ts.clone().into());
         let added = self
@@ -139,6 +152,9 @@ impl Sender {
     /// Takes the working reaction off again, now that the chat got its answer.
     async fn done_working(&self, chat: &ChatRef) {
         let Some((channel, ts)) = self.intake.stop_working(chat) else { return };
+        if !self.intake.shown(&(channel.clone(), ts.clone())) {
+            return;
+        }
         let request = SlackApiReactionsRemoveRequest::new(WORKING.into())
             .with_channel(channel.into())
             .with_timestamp(ts.into());
