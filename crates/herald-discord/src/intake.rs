@@ -4,31 +4,25 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use herald_core::{
-    Ack, AdapterEvent, ChatRef, Inbound, Platform, SLASH_COMMANDS, SlashCommand, UserRef,
-};
+use herald_core::{Ack, AdapterEvent, ChatRef, Inbound, Platform, UserRef};
 use serenity::all::{
-    Cache, Channel, ChannelId, ChannelType, CommandDataOptionValue, CommandInteraction,
-    CreateInteractionResponse, CreateInteractionResponseMessage, GetMessages, Http, Message,
-    MessageId, MessageType, RoleId, UserId,
+    Cache, Channel, ChannelId, ChannelType, CommandInteraction, Http, Message, MessageType, RoleId,
+    UserId,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::warn;
 
 use crate::DiscordSettings;
 use crate::error::classify;
+use crate::slash::PendingCommand;
 
 /// How many recent ids are remembered to drop a second copy of an event.
 const SEEN: usize = 65_536;
 /// How long after a message was not kept its channel is fetched again.
 const REFETCH_AFTER: Duration = Duration::from_secs(5);
-/// Channels fetched at once after a gap.
-const BACKFILL_AT_ONCE: usize = 4;
-/// Discord's epoch (2015-01-01) in Unix milliseconds, the base of snowflakes.
-const DISCORD_EPOCH_MS: u64 = 1_420_070_400_000;
 
 /// Something Discord dispatched (or that was fetched) for the bot to read.
 #[derive(Debug)]
@@ -60,16 +54,6 @@ pub(crate) enum Place {
     Channel,
     /// A thread or forum post, inside `parent`.
     Thread { parent: u64 },
-}
-
-/// A slash command waiting for its answer.
-#[derive(Debug)]
-pub(crate) struct PendingCommand {
-    pub(crate) interaction: Box<CommandInteraction>,
-    /// Whether the response was deferred (the answer edits it) or already given.
-    pub(crate) deferred: bool,
-    /// Whether only the asker sees the answer.
-    pub(crate) private: bool,
 }
 
 /// How far one channel's messages were settled.
@@ -123,7 +107,7 @@ impl Seen {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -145,7 +129,7 @@ pub(crate) struct Inner {
     seen: Mutex<Seen>,
     progress: Mutex<HashMap<u64, Progress>>,
     /// The newest settled message of every channel known, where a fetch after a gap starts.
-    cursors: Mutex<BTreeMap<u64, u64>>,
+    pub(crate) cursors: Mutex<BTreeMap<u64, u64>>,
     pub(crate) shutdown: CancellationToken,
 }
 
@@ -209,7 +193,7 @@ impl Inner {
             }
             match incoming {
                 Incoming::Message(message) => self.message(*message).await,
-                Incoming::Interaction(interaction) => self.command(interaction).await,
+                Incoming::Interaction(interaction) => self.slash_command(interaction).await,
             }
         }
     }
@@ -226,14 +210,7 @@ impl Inner {
             return;
         }
         let channel = message.channel_id.get();
-        let chat = match message.guild_id {
-            None => ChatRef::direct(Platform::Discord, channel.to_string()),
-            Some(_) => match self.place(message.channel_id).await {
-                Place::Thread { parent } => ChatRef::group(Platform::Discord, parent.to_string())
-                    .in_thread(channel.to_string()),
-                Place::Channel => ChatRef::group(Platform::Discord, channel.to_string()),
-            },
-        };
+        let chat = self.chat_of(message.channel_id, message.guild_id.is_some()).await;
         let roles = self.bot_roles(&message);
         let mentioned = message.mentions.iter().any(|user| user.id == bot.id)
             || message.mention_roles.iter().any(|role| roles.contains(role))
@@ -287,6 +264,20 @@ impl Inner {
         let _ = self.events.send(event).await;
     }
 
+    /// The chat of something written in `channel`: a DM, a server channel, or a thread in one.
+    pub(crate) async fn chat_of(&self, channel: ChannelId, in_server: bool) -> ChatRef {
+        let id = channel.to_string();
+        if !in_server {
+            return ChatRef::direct(Platform::Discord, id);
+        }
+        match self.place(channel).await {
+            Place::Thread { parent } => {
+                ChatRef::group(Platform::Discord, parent.to_string()).in_thread(id)
+            }
+            Place::Channel => ChatRef::group(Platform::Discord, id),
+        }
+    }
+
     /// What `channel` is: a thread (and its parent) or a channel, asked of Discord once.
     async fn place(&self, channel: ChannelId) -> Place {
         if let Some(place) = lock(&self.places).get(&channel.get()) {
@@ -325,129 +316,6 @@ impl Inner {
         let Some(guild) = cache.guild(guild) else { return Vec::new() };
         guild.roles.values().filter(|role| role.tags.bot_id == Some(bot.id)).map(|r| r.id).collect()
     }
-
-    /// A slash command: acknowledged at once (Discord wants an answer within 3 s), then handed
-    /// to the gateway as the command typed as text.
-    async fn command(self: &Arc<Self>, interaction: Box<CommandInteraction>) {
-        let name = interaction.data.name.clone();
-        let Some(listed) = SLASH_COMMANDS.iter().find(|c| c.name == name) else {
-            debug!(command = %name, "a slash command herald does not have was ignored");
-            return;
-        };
-        let chat = match interaction.guild_id {
-            None => ChatRef::direct(Platform::Discord, interaction.channel_id.to_string()),
-            Some(_) => match self.place(interaction.channel_id).await {
-                Place::Thread { parent } => ChatRef::group(Platform::Discord, parent.to_string())
-                    .in_thread(interaction.channel_id.to_string()),
-                Place::Channel => {
-                    ChatRef::group(Platform::Discord, interaction.channel_id.to_string())
-                }
-            },
-        };
-        let deferred = self.acknowledge(&interaction, listed).await;
-        let text = command_text(&interaction, listed);
-        let id = interaction.id.to_string();
-        let user = UserRef {
-            id: interaction.user.id.to_string(),
-            name: Some(interaction.user.name.clone()),
-        };
-        if let Some(deferred) = deferred {
-            let pending = PendingCommand { interaction, deferred, private: listed.private };
-            lock(&self.commands).insert(id.clone(), pending);
-        }
-        let inbound = Inbound {
-            id,
-            chat,
-            user,
-            text,
-            mentioned: true,
-            reply_to_bot: false,
-            ack: Ack::none(),
-        };
-        let _ = self.events.send(AdapterEvent::Inbound(inbound)).await;
-    }
-
-    /// Answers the interaction for now: "thinking" until the gateway's answer edits it, or a
-    /// line saying a reply follows. `Some(deferred)` when it worked.
-    async fn acknowledge(
-        &self,
-        interaction: &CommandInteraction,
-        listed: &SlashCommand,
-    ) -> Option<bool> {
-        let (response, deferred) = if listed.answered_by_a_turn {
-            let message = CreateInteractionResponseMessage::new()
-                .content("Answering your last message again.");
-            (CreateInteractionResponse::Message(message), false)
-        } else {
-            let message = CreateInteractionResponseMessage::new().ephemeral(listed.private);
-            (CreateInteractionResponse::Defer(message), true)
-        };
-        match interaction.create_response(&self.http, response).await {
-            Ok(()) => Some(deferred),
-            Err(e) => {
-                let error = classify(&e, &self.settings.token);
-                warn!(command = %listed.name, error = error.text(), "could not acknowledge a slash command; its answer goes to the channel");
-                None
-            }
-        }
-    }
-
-    /// Fetches what every known channel got since its cursor: after a start, and after a
-    /// session that could not be resumed (its dispatches are lost).
-    pub(crate) async fn backfill(self: Arc<Self>) {
-        let channels: Vec<u64> = lock(&self.cursors).keys().copied().collect();
-        if channels.is_empty() {
-            return;
-        }
-        debug!(channels = channels.len(), "fetching what arrived while disconnected");
-        let mut pending = channels.into_iter();
-        let mut running = tokio::task::JoinSet::new();
-        loop {
-            while running.len() < BACKFILL_AT_ONCE
-                && let Some(channel) = pending.next()
-            {
-                running.spawn(self.clone().backfill_owned(channel));
-            }
-            if running.join_next().await.is_none() {
-                break;
-            }
-        }
-    }
-
-    async fn backfill_owned(self: Arc<Self>, channel: u64) {
-        self.backfill_channel(channel).await;
-    }
-
-    /// Offers the messages `channel` got after its cursor (at most the configured count, none
-    /// older than the configured age), oldest first.
-    async fn backfill_channel(&self, channel: u64) {
-        let Some(after) = lock(&self.cursors).get(&channel).copied() else { return };
-        if self.shutdown.is_cancelled() || after == 0 {
-            return;
-        }
-        let query = GetMessages::new()
-            .after(MessageId::new(after))
-            .limit(self.settings.backfill_limit.clamp(1, 100));
-        let mut messages = match ChannelId::new(channel).messages(&self.http, query).await {
-            Ok(messages) => messages,
-            Err(e) => {
-                let error = classify(&e, &self.settings.token);
-                warn!(
-                    channel,
-                    error = error.text(),
-                    "could not fetch the messages of a gap; the next reconnect tries again"
-                );
-                return;
-            }
-        };
-        messages.sort_by_key(|message| message.id);
-        let oldest = now_ms().saturating_sub(self.settings.backfill_max_age.as_millis() as u64);
-        for message in messages {
-            if snowflake_ms(message.id.get()) >= oldest {
-                self.offer(Incoming::Message(Box::new(message)));
-            }
-        }
-    }
 }
 
 /// The mentions of the bot that may appear in a message's text.
@@ -475,34 +343,11 @@ pub(crate) fn strip_mentions(content: &str, bot: UserId, roles: &[RoleId]) -> St
     text.trim().to_owned()
 }
 
-/// A slash command as the gateway reads it: `/name argument`.
-fn command_text(interaction: &CommandInteraction, listed: &SlashCommand) -> String {
-    let args: Vec<&str> = interaction
-        .data
-        .options
-        .iter()
-        .filter_map(|option| match &option.value {
-            CommandDataOptionValue::String(value) => Some(value.as_str()),
-            _ => None,
-        })
-        .collect();
-    format!("/{} {}", listed.name, args.join(" ")).trim_end().to_owned()
-}
-
 /// A thread's name from the message that opened it: its first line, at most 80 characters.
 fn thread_name(text: &str) -> String {
     let line = text.lines().next().unwrap_or_default().trim();
     let name: String = line.chars().take(80).collect();
     if name.is_empty() { "conversation".to_owned() } else { name }
-}
-
-/// When a snowflake was made, in Unix milliseconds.
-fn snowflake_ms(id: u64) -> u64 {
-    (id >> 22) + DISCORD_EPOCH_MS
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
 }
 
 #[cfg(test)]

@@ -9,11 +9,13 @@
 //! Depends only on herald-core; no serenity type leaves this crate. The bot token is a secret:
 //! it is never logged and is scrubbed from every error text before that text leaves the crate.
 
+mod backfill;
 mod commands;
 mod connect;
 mod error;
 mod intake;
 mod send;
+mod slash;
 
 use std::time::Duration;
 

@@ -15,7 +15,8 @@ use tracing::{debug, warn};
 
 use crate::MAX_MESSAGE_LEN;
 use crate::error::{Failure, THREAD_ALREADY_CREATED, classify};
-use crate::intake::{Inner, PendingCommand, Place};
+use crate::intake::{Inner, Place};
+use crate::slash::PendingCommand;
 
 /// Carries the gateway's requests to Discord.
 #[derive(Debug, Clone)]

@@ -99,7 +99,7 @@ impl Shared {
             "app_permissions": "0",
             "entitlements": [],
             "authorizing_integration_owners": {},
-            // Discord's current limit for a bot without a boosted server: 10 MiB.
+            // Required by clients (serenity drops an interaction without it); an unboosted server's limit.
             "attachment_size_limit": 10_485_760,
             "data": {"id": id.to_string(), "name": command.name, "type": 1, "options": command.options},
         });

@@ -1,0 +1,82 @@
+//! What arrived while the bot could not hear it: after a start, or a session Discord would not
+//! resume, every channel the bot knows is read over REST from its cursor, and the messages are
+//! offered like live ones (the gateway's dedupe answers each once).
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serenity::all::{ChannelId, GetMessages, MessageId};
+use tracing::{debug, warn};
+
+use crate::error::classify;
+use crate::intake::{Incoming, Inner, lock};
+
+/// Channels fetched at once after a gap.
+const BACKFILL_AT_ONCE: usize = 4;
+/// Discord's epoch (2015-01-01) in Unix milliseconds, the base of snowflakes.
+const DISCORD_EPOCH_MS: u64 = 1_420_070_400_000;
+
+impl Inner {
+    /// Fetches what every known channel got since its cursor: after a start, and after a
+    /// session that could not be resumed (its dispatches are lost).
+    pub(crate) async fn backfill(self: Arc<Self>) {
+        let channels: Vec<u64> = lock(&self.cursors).keys().copied().collect();
+        if channels.is_empty() {
+            return;
+        }
+        debug!(channels = channels.len(), "fetching what arrived while disconnected");
+        let mut pending = channels.into_iter();
+        let mut running = tokio::task::JoinSet::new();
+        loop {
+            while running.len() < BACKFILL_AT_ONCE
+                && let Some(channel) = pending.next()
+            {
+                let this = self.clone();
+                running.spawn(async move { this.backfill_channel(channel).await });
+            }
+            if running.join_next().await.is_none() {
+                break;
+            }
+        }
+    }
+
+    /// Offers the messages `channel` got after its cursor (at most the configured count, none
+    /// older than the configured age), oldest first.
+    pub(crate) async fn backfill_channel(&self, channel: u64) {
+        let Some(after) = lock(&self.cursors).get(&channel).copied() else { return };
+        if self.shutdown.is_cancelled() || after == 0 {
+            return;
+        }
+        let query = GetMessages::new()
+            .after(MessageId::new(after))
+            .limit(self.settings.backfill_limit.clamp(1, 100));
+        let mut messages = match ChannelId::new(channel).messages(&self.http, query).await {
+            Ok(messages) => messages,
+            Err(e) => {
+                let error = classify(&e, &self.settings.token);
+                warn!(
+                    channel,
+                    error = error.text(),
+                    "could not fetch the messages of a gap; the next reconnect tries again"
+                );
+                return;
+            }
+        };
+        messages.sort_by_key(|message| message.id);
+        let oldest = now_ms().saturating_sub(self.settings.backfill_max_age.as_millis() as u64);
+        for message in messages {
+            if snowflake_ms(message.id.get()) >= oldest {
+                self.offer(Incoming::Message(Box::new(message)));
+            }
+        }
+    }
+}
+
+/// When a snowflake was made, in Unix milliseconds.
+fn snowflake_ms(id: u64) -> u64 {
+    (id >> 22) + DISCORD_EPOCH_MS
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
