@@ -8,6 +8,7 @@
 //! linked into the daemon. Every fake binds to loopback and speaks the real wire format, so the
 //! real clients run against it unchanged.
 
+mod accept;
 pub mod discord;
 mod model;
 pub mod program;

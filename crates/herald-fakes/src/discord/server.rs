@@ -1,16 +1,11 @@
-//! The accept loop: like the Telegram fake's, written out so that shutdown ends open
-//! connections (WebSockets included, which are served with upgrades), and so that while offline
-//! every connection is dropped unanswered.
+//! The fake Discord's router (REST, the Gateway at `/`, the control API), served by the
+//! shared accept loop in `crate::accept`.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Router;
 use axum::http::StatusCode;
 use axum::routing::get;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
-use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -39,36 +34,5 @@ pub(crate) async fn serve(listener: TcpListener, ctx: Ctx) {
             )
         })
         .with_state(ctx);
-    loop {
-        let stream = tokio::select! {
-            () = shutdown.cancelled() => return,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(_) => {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-        };
-        // Frames go out as written, as from Discord's edge; Nagle would hold a dispatch back
-        // until the client acknowledged the previous one.
-        let _ = stream.set_nodelay(true);
-        let mut offline = shared.offline.subscribe();
-        if *offline.borrow_and_update() {
-            // Down: the connection is closed before a byte is read.
-            drop(stream);
-            continue;
-        }
-        let service = TowerToHyperService::new(router.clone());
-        let shutdown = shutdown.clone();
-        tokio::spawn(async move {
-            let builder = auto::Builder::new(TokioExecutor::new());
-            let serving = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
-            tokio::select! {
-                () = shutdown.cancelled() => {}
-                _ = offline.wait_for(|down| *down) => {}
-                _ = serving => {}
-            }
-        });
-    }
+    crate::accept::serve(listener, router, &shared.offline, shutdown).await;
 }
