@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use tracing::warn;
 
-use crate::open::Store;
+use crate::open::Lite;
 
 /// At most one checkpoint per process this often while writes keep coming, which bounds the
 /// WAL to what the busiest load writes in that time.
@@ -41,7 +41,7 @@ impl Drop for Running {
     }
 }
 
-impl Store {
+impl Lite {
     /// Notes a commit: starts a background checkpoint unless one started in the last `EVERY`
     /// or the store is closing.
     pub(crate) fn committed(&self) {

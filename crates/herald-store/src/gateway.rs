@@ -9,7 +9,7 @@ use sqlx::SqliteConnection;
 use crate::appends::apply_batch;
 use crate::error::StoreError;
 use crate::messages::{Append, NewMessage, TokenUsage};
-use crate::open::Store;
+use crate::open::Lite;
 use crate::sessions::{SESSION_COLUMNS, Session};
 use crate::time::now_ms;
 use crate::write::write_tx;
@@ -66,7 +66,7 @@ fn decode(e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
     StoreError::Sqlx(sqlx::Error::Decode(Box::new(e)))
 }
 
-impl Store {
+impl Lite {
     /// A platform's saved position (for example the Telegram update offset).
     pub async fn cursor(
         &self,
@@ -261,7 +261,7 @@ async fn delete_from(
     Ok(u64::try_from(messages).unwrap_or(0))
 }
 
-/// What [`Store::queue_inbound`] writes.
+/// What [`Lite::queue_inbound`] writes.
 #[derive(Debug)]
 struct ToQueue {
     session_key: String,

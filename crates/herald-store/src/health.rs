@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use crate::error::StoreError;
-use crate::open::Store;
+use crate::open::Lite;
 
 /// Writes are failing: no write succeeded since `since`, and `error` is the last failure.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,6 +25,16 @@ pub(crate) struct WriteHealth {
 }
 
 impl WriteHealth {
+    /// How many writes failed for good.
+    pub(crate) fn failures(&self) -> u64 {
+        self.failures.load(Ordering::Relaxed)
+    }
+
+    /// `Some` while writes fail.
+    pub(crate) fn failing(&self) -> Option<WriteFailing> {
+        self.failing.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     /// Records how a write ended. Errors that belong to one caller's request (a taken title, a
     /// missing session, a constraint) say nothing about the store and are not counted.
     pub(crate) fn record(&self, error: Option<&StoreError>) {
@@ -56,15 +66,15 @@ fn is_store_failure(error: &StoreError) -> bool {
     }
 }
 
-impl Store {
+impl Lite {
     /// How many writes failed for good (out of patience, or the database refused them).
     pub fn write_failures(&self) -> u64 {
-        self.inner.write_health.failures.load(Ordering::Relaxed)
+        self.inner.write_health.failures()
     }
 
     /// `Some` while writes fail: the last write failed and none succeeded since.
     pub fn write_failing(&self) -> Option<WriteFailing> {
-        self.inner.write_health.failing.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.inner.write_health.failing()
     }
 
     /// Takes the write lock and lets it go, writing nothing: whether a write would get through

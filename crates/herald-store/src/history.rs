@@ -15,7 +15,7 @@ use herald_core::Role;
 
 use crate::error::StoreError;
 use crate::messages::StoredMessage;
-use crate::open::Store;
+use crate::open::Lite;
 
 /// Histories kept, at most, and the text they may hold in all.
 const MAX_SESSIONS: usize = 256;
@@ -39,7 +39,7 @@ struct Entry {
     used: u64,
 }
 
-impl Store {
+impl Lite {
     /// A session's messages in the order they were written.
     ///
     /// Read as one JSON array of positional rows built by SQLite: one value to hand over
@@ -146,7 +146,7 @@ fn parse(json: &str, session_id: &str) -> Result<Vec<StoredMessage>, StoreError>
     Ok(rows.into_iter().map(|row| row.into_message(session_id)).collect())
 }
 
-/// One message of [`Store::history`]'s array, in the order of its `json_array`.
+/// One message of [`Lite::history`]'s array, in the order of its `json_array`.
 #[derive(serde::Deserialize)]
 struct HistoryRow(
     i64,

@@ -12,7 +12,7 @@ use sqlx::SqliteConnection;
 use tracing::warn;
 
 use crate::error::StoreError;
-use crate::open::Store;
+use crate::open::Lite;
 use crate::time::now_ms;
 use crate::write::write_tx;
 
@@ -33,7 +33,7 @@ pub(crate) struct Indexer {
     backlog: AtomicU64,
 }
 
-impl Store {
+impl Lite {
     /// Indexes every message not yet searchable; returns how many were indexed.
     pub async fn index_pending(&self) -> Result<u64, StoreError> {
         // A read first: with nothing pending (every close of a read-only CLI command), no
@@ -137,7 +137,7 @@ impl Store {
     }
 }
 
-impl Store {
+impl Lite {
     /// The highest message id ever given out, by any process (AUTOINCREMENT keeps it).
     async fn newest_message_id(&self) -> Result<i64, StoreError> {
         Ok(sqlx::query_scalar(

@@ -11,7 +11,7 @@ use sqlx::SqliteConnection;
 
 use crate::error::StoreError;
 use crate::messages::{Append, Appended, NewMessage, TokenUsage};
-use crate::open::Store;
+use crate::open::Lite;
 use crate::sessions::{SESSION_COLUMNS, Session, read_session};
 use crate::time::now_ms;
 use crate::write::write_tx;
@@ -22,7 +22,7 @@ const MAX_DEPTH: i64 = 100_000;
 /// What a compression ends its parent with.
 pub(crate) const COMPRESSED: &str = "compressed";
 
-impl Store {
+impl Lite {
     /// Continues the open session `parent_id` in a new one, in one transaction: the child
     /// takes the parent's source, key, chat, thread, user, chat type, model and stored system
     /// prompt, the next numbered form of its title (`NAME #2`, `NAME #3`, ...), and
@@ -71,7 +71,7 @@ impl Store {
     }
 }
 
-/// The body of [`Store::compress_session`], inside its transaction (run again whole when the
+/// The body of [`Lite::compress_session`], inside its transaction (run again whole when the
 /// transaction is retried).
 async fn compress(
     conn: &mut SqliteConnection,

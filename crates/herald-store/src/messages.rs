@@ -4,7 +4,7 @@ use herald_core::{Platform, Role};
 use serde::Serialize;
 
 use crate::error::StoreError;
-use crate::open::Store;
+use crate::open::Lite;
 use crate::time::now_ms;
 
 /// A message to append to a session.
@@ -154,7 +154,7 @@ pub enum Appended {
     Duplicate,
 }
 
-impl Store {
+impl Lite {
     /// Appends a turn's new messages to a session in one transaction and returns their ids.
     pub async fn append_messages(
         &self,
@@ -176,7 +176,7 @@ impl Store {
     }
 
     /// Appends a turn whose last message is the reply to `delivery`, and puts the reply in the
-    /// outbox in the same transaction (see [`Store::delivered`]). Returns the new ids.
+    /// outbox in the same transaction (see [`Lite::delivered`]). Returns the new ids.
     pub async fn append_reply(
         &self,
         session_id: &str,

@@ -9,7 +9,7 @@ use sqlx::migrate::Migrator;
 use tracing::{debug, info};
 
 use crate::error::{StoreError, is_lock_error};
-use crate::open::Store;
+use crate::open::Lite;
 
 /// The migrations of top-level `migrations/`, embedded at build time.
 pub(crate) static MIGRATOR: Migrator = sqlx::migrate!("../../migrations");
@@ -34,7 +34,7 @@ pub(crate) async fn applied_version(conn: &mut SqliteConnection) -> Result<i64, 
 /// another process is migrating (its lock held, or what it applied already there) looks at
 /// the file again and goes on from there.
 pub(crate) async fn migrate(conn: &mut SqliteConnection, path: &Path) -> Result<(), StoreError> {
-    let known = Store::known_schema_version();
+    let known = Lite::known_schema_version();
     let fail = |reason: String| StoreError::Open { path: path.to_owned(), reason };
     // Another process migrating the same file holds its lock for as long as a migration takes
     // (rebuilding the messages of a large store takes minutes); waiting for it is bounded only
@@ -151,10 +151,10 @@ mod tests {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("state.db");
             // Each open migrates on a connection of its own, as separate processes would.
-            let opening = (0..8).map(|_| Store::open(StoreOptions::new(path.clone())));
+            let opening = (0..8).map(|_| Lite::open(StoreOptions::new(path.clone())));
             for opened in futures::future::join_all(opening).await {
                 let health = opened.unwrap().health().await.unwrap();
-                assert_eq!(health.schema_version, Store::known_schema_version());
+                assert_eq!(health.schema_version, Lite::known_schema_version());
             }
         }
     }
@@ -183,7 +183,7 @@ mod tests {
         .await
         .unwrap();
         conn.close().await.unwrap();
-        let store = Store::open(StoreOptions::new(&path)).await.unwrap();
+        let store = Lite::open(StoreOptions::new(&path)).await.unwrap();
         assert_eq!(store.history("s0001").await.unwrap().len(), 900);
         assert_eq!(store.health().await.unwrap().integrity, ["ok"]);
     }
@@ -193,7 +193,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state.db");
         old_store(&path).await;
-        let store = Store::open(StoreOptions::new(&path)).await.unwrap();
+        let store = Lite::open(StoreOptions::new(&path)).await.unwrap();
 
         let texts = |history: Vec<crate::StoredMessage>| -> Vec<(String, String)> {
             history.into_iter().map(|m| (m.session_id, m.content)).collect()

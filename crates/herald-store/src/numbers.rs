@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use sqlx::SqliteConnection;
 
 use crate::error::StoreError;
-use crate::open::Store;
+use crate::open::Lite;
 use crate::sessions::Session;
 
 /// Most numbers kept; past it the map starts again (a miss costs one read).
@@ -78,7 +78,7 @@ pub(crate) async fn read_numbers(
     Ok(found)
 }
 
-impl Store {
+impl Lite {
     /// Looks up the numbers of those of `ids` this process does not know yet; sessions that do
     /// not exist stay unknown.
     pub(crate) async fn learn_numbers(&self, ids: &[&str]) -> Result<(), StoreError> {

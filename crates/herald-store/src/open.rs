@@ -28,8 +28,30 @@ pub struct StoreOptions {
     pub busy_timeout: Duration,
     /// Total time one write keeps retrying before it fails.
     pub write_patience: Duration,
-    /// Most pooled connections (readers; writes use one at a time).
+    /// Most pooled connections (SQLite: readers, writes use one at a time; PostgreSQL: every
+    /// query, plus one connection kept for the replica's locks).
     pub max_connections: u32,
+    /// When set, the store is this PostgreSQL database and `path` is not used.
+    pub postgres: Option<PostgresOptions>,
+}
+
+/// A PostgreSQL store: the URL as configured (no password in it) and the password, which comes
+/// from the environment, never from a file.
+#[derive(Clone)]
+pub struct PostgresOptions {
+    /// `postgres://user@host:port/database?options`.
+    pub url: String,
+    /// The password, when the server asks for one.
+    pub password: Option<String>,
+}
+
+impl std::fmt::Debug for PostgresOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresOptions")
+            .field("url", &self.url)
+            .field("password", &self.password.as_ref().map(|_| "(hidden)"))
+            .finish()
+    }
 }
 
 impl StoreOptions {
@@ -40,13 +62,23 @@ impl StoreOptions {
             busy_timeout: Duration::from_millis(1000),
             write_patience: Duration::from_millis(20_000),
             max_connections: 8,
+            postgres: None,
+        }
+    }
+
+    /// The defaults for the PostgreSQL database at `url` (no password in it).
+    pub fn postgres(url: impl Into<String>, password: Option<String>) -> Self {
+        StoreOptions {
+            max_connections: 16,
+            postgres: Some(PostgresOptions { url: url.into(), password }),
+            ..StoreOptions::new("")
         }
     }
 }
 
-/// The session store. Cheap to clone; every clone shares one pool and one writer.
+/// The SQLite backend. Cheap to clone; every clone shares one pool and one writer.
 #[derive(Debug, Clone)]
-pub struct Store {
+pub struct Lite {
     pub(crate) inner: Arc<Inner>,
 }
 
@@ -62,7 +94,7 @@ pub(crate) struct Inner {
     /// warm (a batch's large statements would otherwise be prepared again on each pooled
     /// connection, under the lock). `None` once the store is closed.
     pub(crate) write_lock: tokio::sync::Mutex<Option<SqliteConnection>>,
-    /// Whether the writer keeps statement journals in memory (see [`Store::journals_in_memory`]);
+    /// Whether the writer keeps statement journals in memory (see [`Lite::journals_in_memory`]);
     /// read and set only while `write_lock` is held.
     pub(crate) journals_in_memory: std::sync::atomic::AtomicBool,
     /// How to open the writer again when it is found broken (see `heal_writer`).
@@ -78,19 +110,19 @@ pub(crate) struct Inner {
     pub(crate) process_lock: ProcessLock,
 }
 
-impl Store {
+impl Lite {
     /// Opens (creating if needed) the database, switches it to WAL and applies migrations.
-    pub async fn open(options: StoreOptions) -> Result<Store, StoreError> {
-        Store::open_with(options, true).await
+    pub async fn open(options: StoreOptions) -> Result<Lite, StoreError> {
+        Lite::open_with(options, true).await
     }
 
     /// Opens a database that must already exist, creating neither it nor its directory: for
     /// commands that only look at what is stored.
-    pub async fn open_existing(options: StoreOptions) -> Result<Store, StoreError> {
-        Store::open_with(options, false).await
+    pub async fn open_existing(options: StoreOptions) -> Result<Lite, StoreError> {
+        Lite::open_with(options, false).await
     }
 
-    async fn open_with(options: StoreOptions, create: bool) -> Result<Store, StoreError> {
+    async fn open_with(options: StoreOptions, create: bool) -> Result<Lite, StoreError> {
         let path = options.path.clone();
         let fail = |reason: String| StoreError::Open { path: path.clone(), reason };
         if create {
@@ -162,7 +194,7 @@ impl Store {
             .await
             .map_err(|e| fail(e.to_string()))?;
 
-        Ok(Store {
+        Ok(Lite {
             inner: Arc::new(Inner {
                 pool,
                 path,
@@ -299,9 +331,9 @@ async fn ensure_wal(conn: &mut SqliteConnection, path: &Path) -> Result<bool, sq
 /// A store in a new temporary directory, for the crate's own tests; the directory lasts as long
 /// as the returned guard.
 #[cfg(test)]
-pub(crate) async fn scratch_store() -> (Store, tempfile::TempDir) {
+pub(crate) async fn scratch_store() -> (Lite, tempfile::TempDir) {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let store =
-        Store::open(StoreOptions::new(dir.path().join("state.db"))).await.expect("open store");
+        Lite::open(StoreOptions::new(dir.path().join("state.db"))).await.expect("open store");
     (store, dir)
 }

@@ -6,12 +6,12 @@ use sqlx::SqliteConnection;
 use crate::appends::{ROWS_PER_INSERT, placeholders};
 use crate::error::StoreError;
 use crate::messages::{Append, Delivery};
-use crate::open::Store;
+use crate::open::Lite;
 
 /// A stored reply still to deliver.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Undelivered {
-    /// The reply's message id (what [`Store::delivered`] takes).
+    /// The reply's message id (what [`Lite::delivered`] takes).
     pub message_id: i64,
     /// Its session.
     pub session_id: String,
@@ -34,7 +34,7 @@ struct OutboxRow {
     created_at: i64,
 }
 
-impl Store {
+impl Lite {
     /// Takes a reply out of the outbox: its platform accepted it, or refused it for good.
     pub async fn delivered(&self, message_id: i64) -> Result<(), StoreError> {
         self.delivered_grouped(message_id).await

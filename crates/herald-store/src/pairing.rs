@@ -4,7 +4,7 @@ use herald_core::Platform;
 use serde::Serialize;
 
 use crate::error::StoreError;
-use crate::open::Store;
+use crate::open::Lite;
 use crate::time::now_ms;
 use crate::write::write_tx;
 
@@ -83,7 +83,7 @@ pub struct NewPairing<'a> {
     pub max_pending: i64,
 }
 
-impl Store {
+impl Lite {
     /// Issues a pairing code for a user, or returns the valid one they already have, so a user
     /// holds at most one pending code and writing again takes no second place. Expired codes
     /// are dropped first; the look and the insert share one write transaction.

@@ -12,7 +12,7 @@ use crate::appends::apply_batch;
 use crate::error::StoreError;
 use crate::index::index_chunk;
 use crate::messages::Append;
-use crate::open::{Store, StoreOptions};
+use crate::open::{Lite, StoreOptions};
 use crate::sessions::{NewSession, insert_session};
 
 /// Writes `turns` turns of `turn` into one session of a fresh store at `path` on a single
@@ -24,7 +24,7 @@ pub async fn write_turns_raw(
     turn: &[crate::NewMessage],
 ) -> Result<Duration, StoreError> {
     let options = StoreOptions::new(path);
-    Store::open(options.clone()).await?.close().await;
+    Lite::open(options.clone()).await?.close().await;
     let connect = sqlx::sqlite::SqliteConnectOptions::new()
         .filename(path)
         .foreign_keys(true)

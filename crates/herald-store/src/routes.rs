@@ -5,12 +5,12 @@ use std::sync::Arc;
 use sqlx::SqliteConnection;
 
 use crate::error::StoreError;
-use crate::open::Store;
+use crate::open::Lite;
 use crate::sessions::{NewSession, Session, end_session, insert_session, read_session};
 use crate::time::now_ms;
 use crate::write::write_tx;
 
-impl Store {
+impl Lite {
     /// The session a key is routed to, if any.
     pub async fn routed_session(&self, key: &str) -> Result<Option<Session>, StoreError> {
         let id: Option<String> =

@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 use sqlx::SqliteConnection;
 
 use crate::error::{StoreError, is_unique_violation};
-use crate::open::Store;
+use crate::open::Lite;
 use crate::time::now_ms;
 use crate::write::write_tx;
 
@@ -117,7 +117,7 @@ pub struct SessionFilter {
     pub limit: Option<u32>,
 }
 
-impl Store {
+impl Lite {
     /// Creates a session and stores its system prompt (in the next group commit).
     pub async fn create_session(&self, new: &NewSession) -> Result<Session, StoreError> {
         self.create(new.clone()).await.map(|session| self.noted(session))

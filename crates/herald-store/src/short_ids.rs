@@ -2,12 +2,12 @@
 //! so a table can show it and `resolve_session` can take it back.
 
 use crate::error::StoreError;
-use crate::open::Store;
+use crate::open::Lite;
 
 /// Fewest characters shown: a UUID v7's first 8 are the creation time in minutes or so.
 const MIN_CHARS: usize = 8;
 
-impl Store {
+impl Lite {
     /// For each of `ids`, the shortest prefix (at least 8 characters, not ending in `-`) no
     /// other session's id starts with, in the order given; the whole id when it is that short.
     pub async fn short_ids(&self, ids: &[&str]) -> Result<Vec<String>, StoreError> {

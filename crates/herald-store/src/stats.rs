@@ -1,11 +1,11 @@
-//! Store statistics and health checks for `herald sessions stats` and `herald doctor`.
+//! Lite statistics and health checks for `herald sessions stats` and `herald doctor`.
 
 use herald_core::Platform;
 use serde::Serialize;
 
 use crate::error::StoreError;
 use crate::migrate::applied_version;
-use crate::open::Store;
+use crate::open::Lite;
 
 /// Counts for one source.
 #[derive(Debug, Clone, PartialEq, Serialize, sqlx::FromRow)]
@@ -59,7 +59,7 @@ pub struct Health {
     pub unindexed: i64,
 }
 
-impl Store {
+impl Lite {
     /// Counts sessions and messages.
     pub async fn stats(&self) -> Result<Stats, StoreError> {
         let by_source: Vec<SourceStats> = sqlx::query_as(
@@ -124,7 +124,7 @@ impl Store {
         }
         Ok(Health {
             schema_version,
-            known_schema_version: Store::known_schema_version(),
+            known_schema_version: Lite::known_schema_version(),
             journal_mode,
             fts5,
             integrity,

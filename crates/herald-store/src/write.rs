@@ -11,7 +11,7 @@ use sqlx::{Connection, SqliteConnection};
 use tracing::warn;
 
 use crate::error::StoreError;
-use crate::open::Store;
+use crate::open::Lite;
 
 /// Runs `$body` (an expression awaiting on `$conn: &mut SqliteConnection`) in a
 /// `BEGIN IMMEDIATE` transaction, holding the process's write lock, and runs it again from
@@ -23,7 +23,7 @@ use crate::open::Store;
 macro_rules! write_tx {
     ($store:expr, |$conn:ident| $body:expr) => {
         async {
-            let store: &$crate::open::Store = $store;
+            let store: &$crate::open::Lite = $store;
             let mut writer = store.inner.write_lock.lock().await;
             let writer = writer.as_mut().ok_or($crate::error::StoreError::Closed)?;
             let mut backoff = $crate::write::Backoff::start(store);
@@ -66,7 +66,7 @@ macro_rules! write_tx {
 }
 pub(crate) use write_tx;
 
-impl Store {
+impl Lite {
     /// Makes the writer keep the statement journals of its next transactions in memory, or
     /// write them to a temporary file past 64 KiB as SQLite does by default.
     ///
@@ -122,12 +122,12 @@ impl Store {
 
 /// Randomized waits between attempts of one write, bounded by the store's patience.
 pub(crate) struct Backoff<'a> {
-    store: &'a Store,
+    store: &'a Lite,
     started: Instant,
 }
 
 impl<'a> Backoff<'a> {
-    pub(crate) fn start(store: &'a Store) -> Self {
+    pub(crate) fn start(store: &'a Lite) -> Self {
         Backoff { store, started: Instant::now() }
     }
 

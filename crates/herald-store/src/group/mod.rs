@@ -24,7 +24,7 @@ use tracing::debug;
 
 use crate::error::StoreError;
 use crate::messages::{Append, Appended};
-use crate::open::Store;
+use crate::open::Lite;
 use crate::sessions::{NewSession, Session};
 use crate::write::Backoff;
 
@@ -122,7 +122,7 @@ where
     }
 }
 
-impl Store {
+impl Lite {
     /// Queues an append and waits until it is committed.
     pub(crate) async fn append(&self, append: Append) -> Result<Appended, StoreError> {
         let (reply, done) = oneshot::channel();

@@ -7,7 +7,7 @@ use super::*;
 
 /// A job of the group commit that runs `statements` in order, spawned.
 fn grouped_statements(
-    store: &Store,
+    store: &Lite,
     statements: &'static [&'static str],
 ) -> tokio::task::JoinHandle<Result<(), StoreError>> {
     let store = store.clone();
@@ -101,7 +101,7 @@ async fn appends_applied_one_by_one_after_a_refused_batch_are_not_taken_for_dupl
 /// Creates sessions for `users` (a `None` parent, or one that does not exist) in one batch;
 /// returns what each creation gave.
 async fn create_in_one_batch(
-    store: &Store,
+    store: &Lite,
     users: &[(&str, Option<&str>)],
 ) -> Vec<Result<crate::Session, StoreError>> {
     let lock = store.inner.write_lock.lock().await;

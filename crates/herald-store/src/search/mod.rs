@@ -5,7 +5,7 @@ use herald_core::{Platform, Role};
 use serde::Serialize;
 
 use crate::error::StoreError;
-use crate::open::Store;
+use crate::open::Lite;
 use crate::snippet::Marks;
 
 mod prefix;
@@ -127,7 +127,7 @@ const LITERAL_SEARCH: &str = "
       AND ?1 IS NOT NULL AND ?7 IS NOT NULL AND ?8 IS NOT NULL
     ORDER BY m.id DESC LIMIT ?6";
 
-impl Store {
+impl Lite {
     /// Searches messages, best match first. Never fails on what a person typed: text with
     /// nothing searchable in it gives no hits.
     ///

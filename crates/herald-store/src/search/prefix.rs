@@ -4,11 +4,11 @@
 use std::collections::HashMap;
 
 use crate::error::StoreError;
-use crate::open::Store;
+use crate::open::Lite;
 
 use super::query::{Item, fts_op, join, phrase};
 
-impl Store {
+impl Lite {
     /// The query for the word index with each prefix (`deploy*`) spelled out as the words of
     /// the index it stands for, or `None` when no prefix was spelled out. A prefix is left to
     /// FTS5 when it is short, not plain ASCII letters and digits (the index folds other text

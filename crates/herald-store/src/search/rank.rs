@@ -16,7 +16,7 @@
 //! matches or more, or a count that disagrees with the index leaves the ranking to FTS5.
 
 use crate::error::StoreError;
-use crate::open::Store;
+use crate::open::Lite;
 
 /// FTS5's `bm25()` parameters (`fts5_aux.c`); every column weighs 1.
 const K1: f64 = 1.2;
@@ -61,7 +61,7 @@ struct Matched {
     sizes: Option<Vec<u8>>,
 }
 
-impl Store {
+impl Lite {
     /// The matches of `fts`, one phrase of the words `phrase`, best first, at most `limit` of
     /// them; `None` when FTS5 has to rank them (see the module).
     pub(super) async fn rank_lone_phrase(
@@ -218,7 +218,7 @@ mod tests {
     const PHRASE: &str = "\"restart the server\"";
 
     /// FTS5's own ranking of the phrase's matches, best first.
-    async fn fts5_ranking(store: &Store) -> Vec<(i64, f64)> {
+    async fn fts5_ranking(store: &Lite) -> Vec<(i64, f64)> {
         sqlx::query_as(
             "SELECT rowid, bm25(messages_fts) AS rank FROM messages_fts
              WHERE messages_fts MATCH ?1 ORDER BY rank, rowid DESC",

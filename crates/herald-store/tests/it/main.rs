@@ -1,5 +1,37 @@
-//! Store behaviour against real SQLite files: one test binary, one module per concern.
+//! Store behaviour against real SQLite files and a real PostgreSQL server: one test binary,
+//! one module per concern. A test written with [`both!`] runs on each backend.
 #![allow(clippy::unwrap_used)]
+
+/// One test, run on both backends: `both! { async fn name(store, scratch) { ... } }` defines
+/// `name::sqlite` and `name::postgres`, each given a fresh store and where it lives (to open it
+/// again, as a restart would).
+macro_rules! both {
+    ($(
+        $(#[$meta:meta])*
+        async fn $name:ident($store:ident, $scratch:ident) $body:block
+    )*) => {$(
+        $(#[$meta])*
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            #[allow(unused_variables, unused_mut)]
+            async fn run(mut $store: herald_store::Store, $scratch: herald_store::scratch::Scratch) $body
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn sqlite() {
+                let (store, scratch) = crate::fresh_on(herald_store::scratch::Kind::Sqlite).await;
+                run(store, scratch).await
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn postgres() {
+                let (store, scratch) = crate::fresh_on(herald_store::scratch::Kind::Postgres).await;
+                run(store, scratch).await
+            }
+        }
+    )*};
+}
 
 mod busy;
 mod concurrency;
@@ -22,6 +54,18 @@ pub async fn fresh() -> (Store, TempDir) {
     let dir = tempfile::tempdir().expect("temp dir");
     let store = open(&dir.path().join("state.db")).await;
     (store, dir)
+}
+
+/// A fresh store on `kind`, and where it lives.
+pub async fn fresh_on(kind: herald_store::scratch::Kind) -> (Store, herald_store::scratch::Scratch) {
+    let scratch = herald_store::scratch::Scratch::new(kind).await;
+    let store = Store::open(scratch.options.clone()).await.expect("open store");
+    (store, scratch)
+}
+
+/// Opens the store at `scratch` again, as a restart would.
+pub async fn reopen(scratch: &herald_store::scratch::Scratch) -> Store {
+    Store::open(scratch.options.clone()).await.expect("reopen store")
 }
 
 /// Opens the store at `path` with default options.

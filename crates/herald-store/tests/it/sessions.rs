@@ -4,18 +4,17 @@ use std::time::Duration;
 use herald_core::{Platform, Role};
 use herald_store::{NewSession, SessionFilter, StoreError};
 
-use crate::{fresh, open, session_for, turn};
+use crate::{fresh, open, reopen, session_for, turn};
 
-#[tokio::test]
-async fn history_reads_back_in_order_after_reopening() {
-    let (store, dir) = fresh().await;
+both! {
+async fn history_reads_back_in_order_after_reopening(store, scratch) {
     let session = store.create_session(&session_for(Platform::Telegram, "42")).await.unwrap();
     store.append_messages(&session.id, turn(1)).await.unwrap();
     store.append_messages(&session.id, turn(2)).await.unwrap();
     let before = store.history(&session.id).await.unwrap();
     store.close().await;
 
-    let reopened = open(&dir.path().join("state.db")).await;
+    let reopened = reopen(&scratch).await;
     let after = reopened.history(&session.id).await.unwrap();
     assert_eq!(before, after);
     assert_eq!(after.len(), 8);
@@ -27,6 +26,7 @@ async fn history_reads_back_in_order_after_reopening() {
     assert_eq!((stored.message_count, stored.tool_call_count), (8, 2));
     assert_eq!(stored.user_id.as_deref(), Some("42"));
     assert_eq!(reopened.system_prompt(&session.id).await.unwrap().unwrap(), "You are Herald.");
+}
 }
 
 #[tokio::test]

@@ -138,7 +138,7 @@ async fn stats(store: &Store, json: bool, out: &mut dyn Write) -> anyhow::Result
     writeln!(out, "messages  {}", stats.messages)?;
     writeln!(out, "oldest    {}", time(stats.oldest_started_at))?;
     writeln!(out, "newest    {}", time(stats.newest_started_at))?;
-    writeln!(out, "size      {} ({})", output::size(stats.size_bytes), store.path().display())?;
+    writeln!(out, "size      {} ({})", output::size(stats.size_bytes), store.location())?;
     if !stats.by_source.is_empty() {
         writeln!(out)?;
         let mut table = Table::new(&["SOURCE", "SESSIONS", "OPEN", "MESSAGES"]);

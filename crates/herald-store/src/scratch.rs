@@ -1,0 +1,102 @@
+//! Scratch stores for tests and benchmarks: a new SQLite file in a temporary directory, or a new
+//! database on the PostgreSQL server named by `HERALD_TEST_PG` (`scripts/pg-throwaway` starts
+//! one; `scripts/test` starts one for the whole run).
+
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use sqlx::postgres::PgConnectOptions;
+use sqlx::{ConnectOptions, Connection};
+
+use crate::open::StoreOptions;
+
+/// The variable naming the test server's URL (no password in it).
+pub const TEST_PG_VAR: &str = "HERALD_TEST_PG";
+/// The variable holding the store's PostgreSQL password, for tests and for herald itself.
+pub const PASSWORD_VAR: &str = "HERALD_STORE_PASSWORD";
+
+/// Which backend a scratch store is on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A SQLite file.
+    Sqlite,
+    /// A database on the test PostgreSQL server.
+    Postgres,
+}
+
+/// Where a scratch store lives; the SQLite directory goes when this is dropped (the PostgreSQL
+/// databases go with the throwaway server).
+#[derive(Debug)]
+pub struct Scratch {
+    /// How to open it.
+    pub options: StoreOptions,
+    /// Its URL (`sqlite://PATH` or `postgres://...`, no password), as `[store] url` takes it.
+    pub url: String,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Scratch {
+    /// A new, empty place for a store of `kind`. Panics with what to do when the test server is
+    /// not there: a test that needs PostgreSQL must not pass without it.
+    pub async fn new(kind: Kind) -> Scratch {
+        match kind {
+            Kind::Sqlite => {
+                let dir = tempfile::tempdir().expect("a temporary directory");
+                let path: PathBuf = dir.path().join("state.db");
+                Scratch {
+                    url: format!("sqlite://{}", path.display()),
+                    options: StoreOptions::new(path),
+                    _dir: Some(dir),
+                }
+            }
+            Kind::Postgres => {
+                let url = fresh_database().await;
+                Scratch {
+                    options: StoreOptions::postgres(url.clone(), password()),
+                    url,
+                    _dir: None,
+                }
+            }
+        }
+    }
+}
+
+/// The test server's password, from the environment.
+pub fn password() -> Option<String> {
+    std::env::var(PASSWORD_VAR).ok().filter(|p| !p.is_empty())
+}
+
+/// The test server's URL. Panics when it is not set.
+pub fn server_url() -> String {
+    std::env::var(TEST_PG_VAR).unwrap_or_else(|_| {
+        panic!(
+            "{TEST_PG_VAR} is not set: run the tests with scripts/test, which starts a throwaway \
+             PostgreSQL, or start one with scripts/pg-throwaway start DIR and export what it prints"
+        )
+    })
+}
+
+/// Creates a new, empty database on the test server; returns its URL (no password).
+pub async fn fresh_database() -> String {
+    let server = server_url();
+    let mut options = PgConnectOptions::from_str(&server).expect("a valid HERALD_TEST_PG URL");
+    if let Some(password) = password() {
+        options = options.password(&password);
+    }
+    let mut conn = options.connect().await.unwrap_or_else(|e| {
+        panic!("cannot reach the test PostgreSQL at {server}: {e}")
+    });
+    let name = format!("t{}", uuid::Uuid::now_v7().simple());
+    // The name is ours (a letter and hex digits), never input.
+    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+        .execute(&mut conn)
+        .await
+        .unwrap_or_else(|e| panic!("cannot create a test database: {e}"));
+    conn.close().await.ok();
+    let (base, query) = match server.split_once('?') {
+        Some((base, query)) => (base, format!("?{query}")),
+        None => (server.as_str(), String::new()),
+    };
+    let root = base.rsplit_once('/').map_or(base, |(root, _)| root);
+    format!("{root}/{name}{query}")
+}
