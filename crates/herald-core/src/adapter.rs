@@ -106,6 +106,9 @@ pub struct AdapterContext {
     pub channel_cursors: BTreeMap<String, String>,
     /// The values kept with [`AdapterEvent::Keep`], by name.
     pub kept: BTreeMap<String, String>,
+    /// Names one replica at a time may hold (a poller, a shard): wait for the claim before
+    /// using what it names, and stop when it is lost.
+    pub claims: crate::Claims,
 }
 
 /// Why an adapter stopped for good.

@@ -7,6 +7,7 @@
 mod adapter;
 mod chat;
 mod chunk;
+mod claims;
 mod message;
 mod platform;
 mod reply;
@@ -18,6 +19,7 @@ pub use adapter::{
 };
 pub use chat::{ChatKind, ChatRef, SessionKey, UserRef};
 pub use chunk::chunk;
+pub use claims::{Claim, Claimer, Claims};
 pub use message::{Ack, Inbound, Outbound, SendError, SentId, backoff};
 pub use platform::{ParsePlatformError, Platform};
 pub use reply::{Placement, ReplyStyle};

@@ -35,6 +35,7 @@ async fn a_dm_comes_in_and_the_reply_goes_out_without_pings() {
         cursor: None,
         channel_cursors: Default::default(),
         kept: Default::default(),
+        claims: herald_core::Claims::solo(),
     };
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(DiscordAdapter::new(settings).run(ctx, shutdown.clone()));

@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures::stream::SelectAll;
 use futures::{FutureExt, StreamExt};
 use herald_agent::{Provider, ToolRegistry};
-use herald_core::{Adapter, AdapterContext, AdapterEvent, Platform};
+use herald_core::{Adapter, AdapterContext, AdapterEvent, Claims, Platform};
 use herald_store::{Store, StoreError};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -48,6 +48,7 @@ pub struct Gateway<P> {
     beats: (mpsc::Sender<Beat>, mpsc::Receiver<Beat>),
     started: Started,
     backlog: Backlog,
+    claims: Claims,
 }
 
 impl<P: Provider + 'static> Gateway<P> {
@@ -67,7 +68,14 @@ impl<P: Provider + 'static> Gateway<P> {
             beats: mpsc::channel(BEATS_WAITING),
             started: Started::default(),
             backlog: Backlog::default(),
+            claims: Claims::solo(),
         }
+    }
+
+    /// Who grants the claims adapters wait for (a poller, a shard): by default every claim is
+    /// this process's at once, as for one herald alone.
+    pub fn set_claims(&mut self, claims: Claims) {
+        self.claims = claims;
     }
 
     /// Each platform's state, for health reports; it stays current while the gateway runs.
@@ -113,6 +121,7 @@ impl<P: Provider + 'static> Gateway<P> {
             cursor: saved.cursor,
             channel_cursors: saved.channels,
             kept: saved.kept,
+            claims: self.claims.clone(),
         };
         let stop = self.stop_adapters.clone();
         self.adapters.spawn(async move {
@@ -139,6 +148,7 @@ impl<P: Provider + 'static> Gateway<P> {
             beats,
             started,
             backlog,
+            claims: _,
         } = self;
         // Only the heartbeats handed out keep the channel open; with none, `recv` is `None`.
         let (_, mut beats) = beats;

@@ -49,6 +49,7 @@ fn launch(settings: SlackSettings) -> Launched {
         cursor: None,
         channel_cursors: Default::default(),
         kept: Default::default(),
+        claims: herald_core::Claims::solo(),
     };
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(SlackAdapter::new(settings).run(ctx, shutdown.clone()));

@@ -83,9 +83,10 @@ pub async fn fresh_database() -> String {
     if let Some(password) = password() {
         options = options.password(&password);
     }
-    let mut conn = options.connect().await.unwrap_or_else(|e| {
-        panic!("cannot reach the test PostgreSQL at {server}: {e}")
-    });
+    let mut conn = options
+        .connect()
+        .await
+        .unwrap_or_else(|e| panic!("cannot reach the test PostgreSQL at {server}: {e}"));
     let name = format!("t{}", uuid::Uuid::now_v7().simple());
     // The name is ours (a letter and hex digits), never input.
     sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))

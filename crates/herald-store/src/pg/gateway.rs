@@ -10,23 +10,46 @@ use super::Pg;
 use crate::*;
 
 impl Pg {
-    pub(crate) async fn cursor(&self, platform: Platform, name: &str) -> Result<Option<String>, StoreError> {
+    pub(crate) async fn cursor(
+        &self,
+        platform: Platform,
+        name: &str,
+    ) -> Result<Option<String>, StoreError> {
         Err(StoreError::WriteFailed("cursor is not built on PostgreSQL yet".into()))
     }
 
-    pub(crate) async fn cursors(&self, platform: Platform) -> Result<Vec<(String, String)>, StoreError> {
+    pub(crate) async fn cursors(
+        &self,
+        platform: Platform,
+    ) -> Result<Vec<(String, String)>, StoreError> {
         Err(StoreError::WriteFailed("cursors is not built on PostgreSQL yet".into()))
     }
 
-    pub(crate) async fn set_cursor(&self, platform: Platform, name: &str, value: &str) -> Result<(), StoreError> {
+    pub(crate) async fn set_cursor(
+        &self,
+        platform: Platform,
+        name: &str,
+        value: &str,
+    ) -> Result<(), StoreError> {
         Err(StoreError::WriteFailed("set_cursor is not built on PostgreSQL yet".into()))
     }
 
-    pub(crate) async fn queue_inbound(&self, session_key: &str, message_id: &str, chat: &ChatRef, user: &UserRef, content: &str) -> Result<Option<i64>, StoreError> {
+    pub(crate) async fn queue_inbound(
+        &self,
+        session_key: &str,
+        message_id: &str,
+        chat: &ChatRef,
+        user: &UserRef,
+        content: &str,
+    ) -> Result<Option<i64>, StoreError> {
         Err(StoreError::WriteFailed("queue_inbound is not built on PostgreSQL yet".into()))
     }
 
-    pub(crate) async fn take_queued(&self, session_id: &str, seqs: &[i64]) -> Result<Vec<i64>, StoreError> {
+    pub(crate) async fn take_queued(
+        &self,
+        session_id: &str,
+        seqs: &[i64],
+    ) -> Result<Vec<i64>, StoreError> {
         Err(StoreError::WriteFailed("take_queued is not built on PostgreSQL yet".into()))
     }
 
@@ -42,7 +65,10 @@ impl Pg {
         Err(StoreError::WriteFailed("undo_last_exchange is not built on PostgreSQL yet".into()))
     }
 
-    pub(crate) async fn reset_last_answer(&self, session_id: &str) -> Result<Option<String>, StoreError> {
+    pub(crate) async fn reset_last_answer(
+        &self,
+        session_id: &str,
+    ) -> Result<Option<String>, StoreError> {
         Err(StoreError::WriteFailed("reset_last_answer is not built on PostgreSQL yet".into()))
     }
 
@@ -54,19 +80,34 @@ impl Pg {
         Err(StoreError::WriteFailed("undelivered is not built on PostgreSQL yet".into()))
     }
 
-    pub(crate) async fn request_pairing(&self, new: &NewPairing<'_>) -> Result<PairingIssue, StoreError> {
+    pub(crate) async fn request_pairing(
+        &self,
+        new: &NewPairing<'_>,
+    ) -> Result<PairingIssue, StoreError> {
         Err(StoreError::WriteFailed("request_pairing is not built on PostgreSQL yet".into()))
     }
 
-    pub(crate) async fn approve_pairing(&self, platform: Platform, code: &str) -> Result<Result<ApprovedUser, ApproveError>, StoreError> {
+    pub(crate) async fn approve_pairing(
+        &self,
+        platform: Platform,
+        code: &str,
+    ) -> Result<Result<ApprovedUser, ApproveError>, StoreError> {
         Err(StoreError::WriteFailed("approve_pairing is not built on PostgreSQL yet".into()))
     }
 
-    pub(crate) async fn revoke_user(&self, platform: Platform, user_id: &str) -> Result<bool, StoreError> {
+    pub(crate) async fn revoke_user(
+        &self,
+        platform: Platform,
+        user_id: &str,
+    ) -> Result<bool, StoreError> {
         Err(StoreError::WriteFailed("revoke_user is not built on PostgreSQL yet".into()))
     }
 
-    pub(crate) async fn is_approved(&self, platform: Platform, user_id: &str) -> Result<bool, StoreError> {
+    pub(crate) async fn is_approved(
+        &self,
+        platform: Platform,
+        user_id: &str,
+    ) -> Result<bool, StoreError> {
         Err(StoreError::WriteFailed("is_approved is not built on PostgreSQL yet".into()))
     }
 
@@ -77,5 +118,4 @@ impl Pg {
     pub(crate) async fn approved_users(&self) -> Result<Vec<ApprovedUser>, StoreError> {
         Err(StoreError::WriteFailed("approved_users is not built on PostgreSQL yet".into()))
     }
-
 }

@@ -69,7 +69,9 @@ impl Pg {
 
     /// A write transaction that writes nothing: whether a write would get through now.
     pub(crate) async fn probe_write(&self) -> Result<(), crate::StoreError> {
-        self.write(|tx| Box::pin(async move { sqlx::query("SELECT 1").execute(&mut **tx).await.map(drop) }))
-            .await
+        self.write(|tx| {
+            Box::pin(async move { sqlx::query("SELECT 1").execute(&mut **tx).await.map(drop) })
+        })
+        .await
     }
 }

@@ -36,7 +36,9 @@ pub(crate) fn redact(url: &str) -> String {
             let kept: Vec<String> = query
                 .split('&')
                 .map(|pair| match pair.split_once('=') {
-                    Some((key, _)) if key.eq_ignore_ascii_case("password") => format!("{key}=(hidden)"),
+                    Some((key, _)) if key.eq_ignore_ascii_case("password") => {
+                        format!("{key}=(hidden)")
+                    }
                     _ => pair.to_owned(),
                 })
                 .collect();
@@ -48,7 +50,10 @@ pub(crate) fn redact(url: &str) -> String {
 }
 
 impl Pg {
-    pub(crate) async fn open(postgres: &PostgresOptions, options: &StoreOptions) -> Result<Pg, StoreError> {
+    pub(crate) async fn open(
+        postgres: &PostgresOptions,
+        options: &StoreOptions,
+    ) -> Result<Pg, StoreError> {
         let location = redact(&postgres.url);
         let fail = |reason: String| StoreError::Open { path: PathBuf::from(&location), reason };
         let mut connect = PgConnectOptions::from_str(&postgres.url)
@@ -58,7 +63,8 @@ impl Pg {
             connect = connect.password(password);
         }
         // Statements slower than a second are worth a warning; sqlx's default logs every one.
-        let connect = connect.log_slow_statements(tracing::log::LevelFilter::Warn, Duration::from_secs(1));
+        let connect =
+            connect.log_slow_statements(tracing::log::LevelFilter::Warn, Duration::from_secs(1));
 
         let mut conn = connect_patiently(&connect, options.write_patience)
             .await

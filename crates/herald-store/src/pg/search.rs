@@ -21,5 +21,4 @@ impl Pg {
     pub(crate) async fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, StoreError> {
         Err(StoreError::WriteFailed("search is not built on PostgreSQL yet".into()))
     }
-
 }

@@ -14,7 +14,12 @@ impl Pg {
         Err(StoreError::WriteFailed("history is not built on PostgreSQL yet".into()))
     }
 
-    pub(crate) async fn compress_session(&self, parent_id: &str, messages: Vec<NewMessage>, context_tokens: i64) -> Result<Session, StoreError> {
+    pub(crate) async fn compress_session(
+        &self,
+        parent_id: &str,
+        messages: Vec<NewMessage>,
+        context_tokens: i64,
+    ) -> Result<Session, StoreError> {
         Err(StoreError::WriteFailed("compress_session is not built on PostgreSQL yet".into()))
     }
 
@@ -30,11 +35,20 @@ impl Pg {
         Err(StoreError::WriteFailed("routed_session is not built on PostgreSQL yet".into()))
     }
 
-    pub(crate) async fn route_or_create(&self, key: &str, new: &NewSession) -> Result<(Session, bool), StoreError> {
+    pub(crate) async fn route_or_create(
+        &self,
+        key: &str,
+        new: &NewSession,
+    ) -> Result<(Session, bool), StoreError> {
         Err(StoreError::WriteFailed("route_or_create is not built on PostgreSQL yet".into()))
     }
 
-    pub(crate) async fn reroute(&self, key: &str, new: &NewSession, end_reason: &str) -> Result<Session, StoreError> {
+    pub(crate) async fn reroute(
+        &self,
+        key: &str,
+        new: &NewSession,
+        end_reason: &str,
+    ) -> Result<Session, StoreError> {
         Err(StoreError::WriteFailed("reroute is not built on PostgreSQL yet".into()))
     }
 
@@ -50,11 +64,17 @@ impl Pg {
         Err(StoreError::WriteFailed("resolve_session is not built on PostgreSQL yet".into()))
     }
 
-    pub(crate) async fn system_prompt(&self, session_id: &str) -> Result<Option<String>, StoreError> {
+    pub(crate) async fn system_prompt(
+        &self,
+        session_id: &str,
+    ) -> Result<Option<String>, StoreError> {
         Err(StoreError::WriteFailed("system_prompt is not built on PostgreSQL yet".into()))
     }
 
-    pub(crate) async fn list_sessions(&self, filter: &SessionFilter) -> Result<Vec<Session>, StoreError> {
+    pub(crate) async fn list_sessions(
+        &self,
+        filter: &SessionFilter,
+    ) -> Result<Vec<Session>, StoreError> {
         Err(StoreError::WriteFailed("list_sessions is not built on PostgreSQL yet".into()))
     }
 
@@ -74,7 +94,11 @@ impl Pg {
         Err(StoreError::WriteFailed("delete_session is not built on PostgreSQL yet".into()))
     }
 
-    pub(crate) async fn prune_sessions(&self, older_than: Duration, source: Option<Platform>) -> Result<u64, StoreError> {
+    pub(crate) async fn prune_sessions(
+        &self,
+        older_than: Duration,
+        source: Option<Platform>,
+    ) -> Result<u64, StoreError> {
         Err(StoreError::WriteFailed("prune_sessions is not built on PostgreSQL yet".into()))
     }
 
@@ -89,5 +113,4 @@ impl Pg {
     pub(crate) async fn health(&self) -> Result<Health, StoreError> {
         Err(StoreError::WriteFailed("health is not built on PostgreSQL yet".into()))
     }
-
 }

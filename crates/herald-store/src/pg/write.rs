@@ -34,7 +34,9 @@ impl Pg {
     /// pause while the failure is one a retry can cure and patience lasts.
     pub(crate) async fn write<T, F>(&self, mut body: F) -> Result<T, StoreError>
     where
-        F: for<'c> FnMut(&'c mut Transaction<'static, Postgres>) -> BoxFuture<'c, Result<T, sqlx::Error>>,
+        F: for<'c> FnMut(
+            &'c mut Transaction<'static, Postgres>,
+        ) -> BoxFuture<'c, Result<T, sqlx::Error>>,
     {
         let started = Instant::now();
         let outcome = loop {

@@ -57,7 +57,9 @@ pub async fn fresh() -> (Store, TempDir) {
 }
 
 /// A fresh store on `kind`, and where it lives.
-pub async fn fresh_on(kind: herald_store::scratch::Kind) -> (Store, herald_store::scratch::Scratch) {
+pub async fn fresh_on(
+    kind: herald_store::scratch::Kind,
+) -> (Store, herald_store::scratch::Scratch) {
     let scratch = herald_store::scratch::Scratch::new(kind).await;
     let store = Store::open(scratch.options.clone()).await.expect("open store");
     (store, scratch)

@@ -48,6 +48,7 @@ impl Running {
             cursor,
             channel_cursors: Default::default(),
             kept: Default::default(),
+            claims: herald_core::Claims::solo(),
         };
         let task = tokio::spawn(TelegramAdapter::new(settings).run(ctx, shutdown.clone()));
         Running { events, outbound: Some(outbound_tx), shutdown, task }
