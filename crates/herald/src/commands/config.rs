@@ -18,7 +18,7 @@ pub fn check(loaded: &Loaded, out: &mut dyn Write) -> anyhow::Result<ExitCode> {
         }
     }
     let config = &loaded.config;
-    writeln!(out, "store: {}", config.store.path.display())?;
+    writeln!(out, "store: {}", config.store.location())?;
     writeln!(out, "model: {} at {}", config.model.model, config.model.base_url)?;
     let platforms = config.platforms();
     let platforms = if platforms.is_empty() { "none".to_owned() } else { platforms.join(", ") };

@@ -46,13 +46,17 @@ pub async fn run(loaded: &Loaded, json: bool, out: &mut dyn Write) -> anyhow::Re
         },
     )];
     let db = &loaded.config.store.path;
+    let postgres = loaded.config.store.url.is_some();
     match Store::open_existing(loaded.config.store_options()).await {
         Ok(store) => {
-            checks.push(Check::new("store", true, db.display().to_string()));
+            checks.push(Check::new("store", true, store.location()));
             let health = store.health().await;
             store.close().await;
-            checks.push(writable_check(db));
-            checks.push(directory_check(db));
+            // A PostgreSQL store's files are the server's business.
+            if !postgres {
+                checks.push(writable_check(db));
+                checks.push(directory_check(db));
+            }
             match health {
                 Ok(health) => checks.extend(store_checks(&health)),
                 Err(e) => checks.push(Check::new("health", false, e.to_string())),

@@ -75,7 +75,7 @@ pub async fn serve(
     if started.is_empty() {
         anyhow::bail!("no platform could start; see the errors above");
     }
-    info!(platforms = ?started, store = %config.store.path.display(), "gateway starting");
+    info!(platforms = ?started, store = %config.store.location(), "gateway starting");
 
     let phases = Phases { stopping: CancellationToken::new(), stopped: CancellationToken::new() };
     let tasks = TaskTracker::new();

@@ -127,6 +127,23 @@ fn resolve_paths(
             _ => path,
         })
     };
+    let path_set = !config.store.path.as_os_str().is_empty();
+    if let Some(url) = config.store.url.take() {
+        if path_set {
+            return Err(ConfigError::new(
+                "[store] sets both path and url; keep one (url = \"sqlite://PATH\" is the same as path)",
+            ));
+        }
+        match url.strip_prefix("sqlite://") {
+            Some("") => {
+                return Err(ConfigError::new(
+                    "[store] url = \"sqlite://\" names no file; write sqlite://PATH, or leave url out for the default",
+                ));
+            }
+            Some(file) => config.store.path = PathBuf::from(file),
+            None => config.store.url = Some(url),
+        }
+    }
     config.store.path = if config.store.path.as_os_str().is_empty() {
         herald_home(env)?.join("state.db")
     } else {

@@ -56,7 +56,7 @@ pub struct Config {
     pub slack: Option<SlackConfig>,
 }
 
-/// `[store]`: the SQLite session store.
+/// `[store]`: the session store, a SQLite file (the default) or a PostgreSQL database.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StoreConfig {
@@ -64,6 +64,13 @@ pub struct StoreConfig {
     /// (default `$HERALD_HOME/state.db`).
     #[serde(deserialize_with = "named_path")]
     pub path: PathBuf,
+    /// `postgres://user@host:port/database` for a PostgreSQL store shared by replicas. After
+    /// loading only a PostgreSQL URL is kept here: `sqlite://PATH` becomes `path`.
+    pub url: Option<String>,
+    /// The variable holding the PostgreSQL password (never the file).
+    pub password_env: String,
+    /// Most connections in the store's pool (default 8 on SQLite, 16 on PostgreSQL).
+    pub max_connections: Option<u32>,
     /// SQLite's own busy wait per attempt, in milliseconds.
     pub busy_timeout_ms: u64,
     /// Total time one write keeps retrying before it fails, in milliseconds.
@@ -73,7 +80,24 @@ pub struct StoreConfig {
 impl Default for StoreConfig {
     fn default() -> Self {
         // The empty path stands for "not set"; loading replaces it with the default.
-        StoreConfig { path: PathBuf::new(), busy_timeout_ms: 1000, write_patience_ms: 20_000 }
+        StoreConfig {
+            path: PathBuf::new(),
+            url: None,
+            password_env: "HERALD_STORE_PASSWORD".to_owned(),
+            max_connections: None,
+            busy_timeout_ms: 1000,
+            write_patience_ms: 20_000,
+        }
+    }
+}
+
+impl StoreConfig {
+    /// Where the store is, for messages: the file, or the URL (which holds no password).
+    pub fn location(&self) -> String {
+        match &self.url {
+            Some(url) => url.clone(),
+            None => self.path.display().to_string(),
+        }
     }
 }
 
@@ -198,11 +222,21 @@ impl Default for GatewayConfig {
 
 impl Config {
     /// The `[store]` section as the store's open options.
+    /// The PostgreSQL password comes from the variable `store.password_env` names, read now.
     pub fn store_options(&self) -> StoreOptions {
+        let store = &self.store;
+        let base = match &store.url {
+            Some(url) => {
+                let password = std::env::var(&store.password_env).ok().filter(|p| !p.is_empty());
+                StoreOptions::postgres(url.clone(), password)
+            }
+            None => StoreOptions::new(&store.path),
+        };
         StoreOptions {
-            busy_timeout: Duration::from_millis(self.store.busy_timeout_ms),
-            write_patience: Duration::from_millis(self.store.write_patience_ms),
-            ..StoreOptions::new(&self.store.path)
+            busy_timeout: Duration::from_millis(store.busy_timeout_ms),
+            write_patience: Duration::from_millis(store.write_patience_ms),
+            max_connections: store.max_connections.unwrap_or(base.max_connections),
+            ..base
         }
     }
 

@@ -348,3 +348,28 @@ fn no_file_means_defaults() {
     assert_eq!(loaded.path, None);
     assert_eq!(loaded.config.store.path, dir.path().join(".local/share/herald/state.db"));
 }
+
+#[test]
+fn the_store_is_a_file_or_a_postgres_url_without_its_password() {
+    let data = Env::fixed(&[("HOME", "/home/ann"), ("XDG_DATA_HOME", "/data")]);
+    let file = Path::new("/x/c.toml");
+    let config = parse("[store]\nurl = \"sqlite://rel/s.db\"\n", file, &data).unwrap();
+    assert_eq!((config.store.path, config.store.url), (PathBuf::from("/x/rel/s.db"), None));
+
+    let url = "postgres://herald@db.internal:5432/herald";
+    let config = parse(&format!("[store]\nurl = \"{url}\"\n"), file, &data).unwrap();
+    assert_eq!(config.store.url.as_deref(), Some(url));
+    let options = config.store_options();
+    assert_eq!(options.postgres.as_ref().unwrap().url, url);
+    assert_eq!(options.max_connections, 16);
+    let config =
+        parse(&format!("[store]\nurl = \"{url}\"\nmax_connections = 40\n"), file, &data).unwrap();
+    assert_eq!(config.store_options().max_connections, 40);
+
+    check_error("[store]\nurl = \"postgres://ann:pw@db/h\"\n", "store.url", 2, "holds a password");
+    check_error("[store]\nurl = \"postgres://db/h?password=pw\"\n", "store.url", 2, "password");
+    check_error("[store]\nurl = \"mysql://db/h\"\n", "store.url", 2, "neither sqlite://PATH");
+    check_error("[store]\nurl = \"postgres://db\"\n", "store.url", 2, "names no database");
+    let both = parse("[store]\npath = \"a.db\"\nurl = \"sqlite://b.db\"\n", file, &data);
+    assert!(both.unwrap_err().to_string().contains("both path and url"));
+}

@@ -48,6 +48,13 @@ pub(crate) fn check(config: &Config, file: &Path, source: &str) -> Result<(), Co
     };
 
     let store = &config.store;
+    if let Some(url) = &store.url {
+        store_url(url).map_err(|why| at("store.url", why))?;
+    }
+    var("store.password_env", &store.password_env)?;
+    if store.max_connections == Some(0) {
+        return Err(at("store.max_connections", "is 0; the store needs at least 2".into()));
+    }
     positive("store.busy_timeout_ms", store.busy_timeout_ms, "1000")?;
     positive("store.write_patience_ms", store.write_patience_ms, "20000")?;
     if store.write_patience_ms < store.busy_timeout_ms {
@@ -194,4 +201,34 @@ mod tests {
             assert!(!is_env_name(bad), "{bad}");
         }
     }
+}
+
+/// A PostgreSQL URL as `[store] url` takes it: the scheme, a host, a database, and no password.
+fn store_url(url: &str) -> Result<(), String> {
+    let Some(rest) = url.strip_prefix("postgres://").or_else(|| url.strip_prefix("postgresql://"))
+    else {
+        return Err(format!(
+            "\"{}\" is neither sqlite://PATH nor postgres://USER@HOST:PORT/DATABASE",
+            url.split("://").next().unwrap_or(url)
+        ));
+    };
+    let authority = rest.split(['/', '?']).next().unwrap_or_default();
+    if authority.rsplit_once('@').is_some_and(|(user, _)| user.contains(':'))
+        || url.to_ascii_lowercase().contains("password=")
+    {
+        return Err(
+            "holds a password; remove it and put it in the variable store.password_env names \
+             (HERALD_STORE_PASSWORD by default), never in the file"
+                .into(),
+        );
+    }
+    let host = authority.rsplit_once('@').map_or(authority, |(_, host)| host);
+    if host.is_empty() {
+        return Err("names no host; write postgres://USER@HOST:PORT/DATABASE".into());
+    }
+    let database = rest.split_once('/').map(|(_, db)| db.split('?').next().unwrap_or_default());
+    if database.is_none_or(str::is_empty) {
+        return Err("names no database; write postgres://USER@HOST:PORT/DATABASE".into());
+    }
+    Ok(())
 }

@@ -135,6 +135,9 @@ fn restart_keys(old: &Config, new: &Config) -> Vec<&'static str> {
         }
     };
     check("store.path", old.store.path != new.store.path);
+    check("store.url", old.store.url != new.store.url);
+    check("store.password_env", old.store.password_env != new.store.password_env);
+    check("store.max_connections", old.store.max_connections != new.store.max_connections);
     check("store.busy_timeout_ms", old.store.busy_timeout_ms != new.store.busy_timeout_ms);
     check("store.write_patience_ms", old.store.write_patience_ms != new.store.write_patience_ms);
     check("model.base_url", old.model.base_url != new.model.base_url);

@@ -162,7 +162,7 @@ fn notes(
         )?;
     }
     let store = &loaded.config.store.path;
-    if !store.starts_with(unit::STATE_DIR) {
+    if loaded.config.store.url.is_none() && !store.starts_with(unit::STATE_DIR) {
         writeln!(
             out,
             "note: [store] path is {}, but the system service can write only under {dir}; \
