@@ -73,6 +73,9 @@ pub enum StoreError {
     /// The store was closed; nothing more is written through it.
     #[error("the store is closed")]
     Closed,
+    /// `store copy` cannot copy into this store, or the copy did not match its source.
+    #[error("store copy: {0}")]
+    CopyTarget(String),
     /// A batch of writes failed as a whole; every caller in it gets this copy of the cause.
     #[error("database write failed: {0}")]
     WriteFailed(String),

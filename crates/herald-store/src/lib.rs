@@ -8,6 +8,7 @@
 
 mod appends;
 mod checkpoint;
+mod copy;
 mod error;
 mod gateway;
 mod group;
@@ -34,6 +35,7 @@ mod store;
 mod time;
 mod write;
 
+pub use copy::{Fingerprint, TableFingerprint};
 pub use error::StoreError;
 pub use gateway::QueuedInbound;
 pub use health::WriteFailing;

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use herald_core::{ChatRef, Platform, UserRef};
 
+use crate::copy::{Fingerprint, Side};
 use crate::error::StoreError;
 use crate::gateway::QueuedInbound;
 use crate::health::WriteFailing;
@@ -134,6 +135,29 @@ impl Store {
         match &self.backend {
             Backend::Sqlite(lite) => lite.write_failing(),
             Backend::Postgres(pg) => pg.write_failing(),
+        }
+    }
+
+    /// Copies every row of this store into `target`, which must be empty, then reads both back
+    /// and compares them table by table (rows and a SHA-256 of each table's rows). `progress`
+    /// hears each table's name and how many of its rows were copied so far.
+    pub async fn copy_to(
+        &self,
+        target: &Store,
+        progress: &mut (dyn FnMut(&str, u64) + Send),
+    ) -> Result<Fingerprint, StoreError> {
+        crate::copy::copy(self.side(), target.side(), progress).await
+    }
+
+    /// Rows and a checksum of every table, as `copy_to` compares them.
+    pub async fn fingerprint(&self) -> Result<Fingerprint, StoreError> {
+        crate::copy::fingerprint(self.side()).await
+    }
+
+    fn side(&self) -> Side<'_> {
+        match &self.backend {
+            Backend::Sqlite(lite) => Side::Lite(lite),
+            Backend::Postgres(pg) => Side::Pg(pg),
         }
     }
 

@@ -59,11 +59,29 @@ pub enum Command {
     /// Install, remove or inspect the systemd unit that runs the gateway
     #[command(subcommand)]
     Service(ServiceCommand),
+    /// Move the store between SQLite and PostgreSQL
+    #[command(subcommand)]
+    Store(StoreCommand),
     /// Check the config, the store, the platforms' tokens and the service unit
     Doctor {
         /// Print JSON
         #[arg(long)]
         json: bool,
+    },
+}
+
+/// `herald store ...`.
+#[derive(Debug, Subcommand)]
+pub enum StoreCommand {
+    /// Copy every session, message and gateway record of the configured store into another,
+    /// empty store, then check both hold the same rows (counts and checksums)
+    Copy {
+        /// The target: sqlite://PATH or postgres://USER@HOST:PORT/DATABASE (no password in it)
+        #[arg(long, value_name = "URL")]
+        to: String,
+        /// The variable holding the target's PostgreSQL password (default: [store] password_env)
+        #[arg(long, value_name = "VAR")]
+        to_password_env: Option<String>,
     },
 }
 

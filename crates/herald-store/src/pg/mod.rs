@@ -6,6 +6,7 @@
 //! PostgreSQL reports a serialization failure or deadlock, or the connection was lost, until
 //! `write_patience` is spent.
 
+mod copy;
 mod gateway;
 mod messages;
 mod open;

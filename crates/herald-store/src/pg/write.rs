@@ -29,7 +29,60 @@ pub(crate) fn is_unique_violation(e: &sqlx::Error) -> bool {
     matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some("23505"))
 }
 
+/// [`Pg::write`] for a body that borrows from its surroundings (a closure returning a boxed
+/// future cannot): `$body` is an expression awaiting on `$tx: &mut PgConnection`, run in a
+/// transaction and run again from the start on the same failures, within the same patience.
+macro_rules! pg_write {
+    ($pg:expr, |$tx:ident| $body:expr) => {
+        async {
+            let pg: &$crate::pg::Pg = $pg;
+            let started = std::time::Instant::now();
+            let outcome = loop {
+                let attempt = async {
+                    let mut transaction = pg.inner.pool.begin().await?;
+                    let $tx: &mut sqlx::PgConnection = &mut transaction;
+                    let value = $body.await?;
+                    transaction.commit().await?;
+                    Ok::<_, sqlx::Error>(value)
+                }
+                .await;
+                match pg.retry_or_fail(attempt, started).await {
+                    Some(done) => break done,
+                    None => continue,
+                }
+            };
+            pg.inner.write_health.record(outcome.as_ref().err());
+            outcome
+        }
+        .await
+    };
+}
+pub(crate) use pg_write;
+
 impl Pg {
+    /// What one attempt's outcome means: `Some` to return it, `None` after waiting to retry.
+    pub(crate) async fn retry_or_fail<T>(
+        &self,
+        attempt: Result<T, sqlx::Error>,
+        started: Instant,
+    ) -> Option<Result<T, StoreError>> {
+        match attempt {
+            Ok(value) => Some(Ok(value)),
+            Err(e) if is_retryable(&e) && started.elapsed() < self.inner.write_patience => {
+                self.inner.busy_retries.fetch_add(1, Ordering::Relaxed);
+                let pause = rand::random_range(20..=150u64);
+                tokio::time::sleep(Duration::from_millis(pause)).await;
+                None
+            }
+            Err(e) if is_retryable(&e) => Some(Err(StoreError::WriteFailed(format!(
+                "{} (still failing after {} ms)",
+                one_line(&e),
+                started.elapsed().as_millis()
+            )))),
+            Err(e) => Some(Err(StoreError::Sqlx(e))),
+        }
+    }
+
     /// Runs `body` in a transaction and commits it, retrying the whole transaction with a random
     /// pause while the failure is one a retry can cure and patience lasts.
     pub(crate) async fn write<T, F>(&self, mut body: F) -> Result<T, StoreError>
@@ -46,21 +99,8 @@ impl Pg {
                 tx.commit().await?;
                 Ok::<T, sqlx::Error>(value)
             };
-            match attempt.await {
-                Ok(value) => break Ok(value),
-                Err(e) if is_retryable(&e) && started.elapsed() < self.inner.write_patience => {
-                    self.inner.busy_retries.fetch_add(1, Ordering::Relaxed);
-                    let pause = rand::random_range(20..=150u64);
-                    tokio::time::sleep(Duration::from_millis(pause)).await;
-                }
-                Err(e) if is_retryable(&e) => {
-                    break Err(StoreError::WriteFailed(format!(
-                        "{} (still failing after {} ms)",
-                        one_line(&e),
-                        started.elapsed().as_millis()
-                    )));
-                }
-                Err(e) => break Err(StoreError::Sqlx(e)),
+            if let Some(done) = self.retry_or_fail(attempt.await, started).await {
+                break done;
             }
         };
         self.inner.write_health.record(outcome.as_ref().err());

@@ -35,6 +35,7 @@ macro_rules! both {
 
 mod busy;
 mod concurrency;
+mod copy;
 mod files;
 mod gateway;
 mod history;

@@ -11,6 +11,7 @@ mod search;
 pub mod service;
 mod sessions;
 mod show;
+mod store;
 
 use std::io::{self, BufWriter, Write};
 use std::process::ExitCode;
@@ -18,7 +19,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use herald_store::Store;
 
-use crate::cli::{Command, ConfigCommand};
+use crate::cli::{Command, ConfigCommand, StoreCommand};
 use crate::config::Loaded;
 
 /// Runs a command (other than `config example`, which needs no config) on a small
@@ -56,6 +57,9 @@ async fn dispatch(
             result
         }
         Command::Service(command) => service::run(command, loaded, out),
+        Command::Store(StoreCommand::Copy { to, to_password_env }) => {
+            store::copy(loaded, &to, to_password_env.as_deref(), out).await
+        }
         Command::Sessions(command) => {
             let store = Store::open_existing(loaded.config.store_options()).await?;
             let result = sessions::run(&store, command, out).await;

@@ -27,6 +27,7 @@ pub use herald_gateway::{BusyInput, DmPolicy};
 pub use load::{Env, Loaded, candidates, load, parse};
 pub use platforms::{DiscordConfig, PlatformSection, SlackConfig, TelegramConfig};
 pub use secret::{MissingSecret, Secret, SecretError, SecretRef, check_secrets, resolve};
+pub use validate::store_url as check_store_url;
 
 /// `config/herald.example.toml`: every key, commented, set to its default.
 pub const EXAMPLE: &str = include_str!("../../../../config/herald.example.toml");

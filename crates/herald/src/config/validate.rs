@@ -204,7 +204,7 @@ mod tests {
 }
 
 /// A PostgreSQL URL as `[store] url` takes it: the scheme, a host, a database, and no password.
-fn store_url(url: &str) -> Result<(), String> {
+pub fn store_url(url: &str) -> Result<(), String> {
     let Some(rest) = url.strip_prefix("postgres://").or_else(|| url.strip_prefix("postgresql://"))
     else {
         return Err(format!(
