@@ -12,6 +12,7 @@ mod copy;
 mod error;
 mod gateway;
 mod group;
+mod handover;
 mod health;
 mod history;
 mod index;

@@ -161,6 +161,21 @@ impl Store {
         }
     }
 
+    /// Whether other processes share this store as replicas (PostgreSQL), so that work is
+    /// taken through it (session locks, claims) instead of assumed.
+    pub fn is_shared(&self) -> bool {
+        matches!(self.backend, Backend::Postgres(_))
+    }
+
+    /// Session keys as any replica queues messages for them (PostgreSQL's notifications; on
+    /// SQLite nothing ever arrives).
+    pub fn queued_notifications(&self) -> tokio::sync::mpsc::Receiver<String> {
+        match &self.backend {
+            Backend::Sqlite(lite) => lite.queued_notifications(),
+            Backend::Postgres(pg) => pg.queued_notifications(),
+        }
+    }
+
     /// Waits for writes in flight and closes every connection.
     pub async fn close(&self) {
         on_backend!(self.close())
@@ -191,6 +206,11 @@ pass_on! {
     ) -> Result<Option<i64>, StoreError>;
     /// Moves queued messages into the session's history, in queue order; returns the new ids.
     fn take_queued(&self, session_id: &str, seqs: &[i64]) -> Result<Vec<i64>, StoreError>;
+    /// Takes one queued message out of the queue without adding it to a history (a command
+    /// queued as text by another replica).
+    fn unqueue(&self, seq: i64) -> Result<(), StoreError>;
+    /// Keeps this replica's claims on the replies it is still sending for `claim_for` more.
+    fn renew_claims(&self, ids: &[i64], claim_for: Duration) -> Result<(), StoreError>;
     /// Everything queued, in arrival order.
     fn queued_inbound(&self) -> Result<Vec<QueuedInbound>, StoreError>;
     /// Open routed sessions whose last message is a user's, not yet answered.

@@ -8,6 +8,7 @@
 
 mod copy;
 mod gateway;
+mod handover;
 mod messages;
 mod open;
 mod search;

@@ -1,0 +1,37 @@
+//! What replicas hand each other through the store, on SQLite: one process per file, so there
+//! is nobody to notify, and a queued command leaves the queue like any other.
+
+use tokio::sync::mpsc;
+
+use crate::error::StoreError;
+use crate::open::Lite;
+use crate::write::write_tx;
+
+impl Lite {
+    /// Session keys as other processes queue messages for them: none on SQLite.
+    pub(crate) fn queued_notifications(&self) -> mpsc::Receiver<String> {
+        mpsc::channel(1).1
+    }
+
+    /// Takes one message out of the inbound queue without adding it to a history (a command
+    /// that was queued as text).
+    pub async fn unqueue(&self, seq: i64) -> Result<(), StoreError> {
+        write_tx!(self, |conn| async {
+            sqlx::query("DELETE FROM inbound_queue WHERE seq = ?")
+                .bind(seq)
+                .execute(&mut *conn)
+                .await
+                .map(drop)
+        })
+    }
+
+    /// Keeps this process's claims on replies it is still sending: nothing else sends them on
+    /// SQLite.
+    pub async fn renew_claims(
+        &self,
+        _ids: &[i64],
+        _claim_for: std::time::Duration,
+    ) -> Result<(), StoreError> {
+        Ok(())
+    }
+}

@@ -1,0 +1,80 @@
+//! What replicas hand each other through PostgreSQL: a notification on the channel
+//! `herald_queued` when a message is queued for a session (its payload the session key), so the
+//! replica running the session takes it in at once; and the claims on replies being sent.
+
+use std::time::Duration;
+
+use sqlx::postgres::PgListener;
+use tokio::sync::mpsc;
+use tracing::{debug, warn};
+
+use super::Pg;
+use super::write::pg_write;
+use crate::error::StoreError;
+use crate::time::now_ms;
+
+/// The channel queue_inbound notifies on.
+pub(crate) const QUEUED_CHANNEL: &str = "herald_queued";
+/// Notifications that may wait for the gateway.
+const HEARD_WAITING: usize = 1024;
+
+impl Pg {
+    /// Session keys as any replica queues messages for them. The listening connection is
+    /// opened again after a failure; what was queued meanwhile is found by the gateway's sweep.
+    pub(crate) fn queued_notifications(&self) -> mpsc::Receiver<String> {
+        let (tx, rx) = mpsc::channel(HEARD_WAITING);
+        let pool = self.inner.pool.clone();
+        tokio::spawn(async move {
+            loop {
+                let listening = async {
+                    let mut listener = PgListener::connect_with(&pool).await?;
+                    listener.listen(QUEUED_CHANNEL).await?;
+                    loop {
+                        let heard = listener.recv().await?;
+                        if tx.send(heard.payload().to_owned()).await.is_err() {
+                            return Ok::<(), sqlx::Error>(());
+                        }
+                    }
+                };
+                match listening.await {
+                    Ok(()) => return,
+                    Err(e) => {
+                        debug!(error = %e, "stopped listening for queued messages; listening again")
+                    }
+                }
+                if tx.is_closed() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        });
+        rx
+    }
+
+    pub(crate) async fn unqueue(&self, seq: i64) -> Result<(), StoreError> {
+        pg_write!(self, |tx| async {
+            sqlx::query("DELETE FROM inbound_queue WHERE seq = $1")
+                .bind(seq)
+                .execute(&mut *tx)
+                .await
+                .map(drop)
+        })
+    }
+
+    pub(crate) async fn renew_claims(
+        &self,
+        ids: &[i64],
+        claim_for: Duration,
+    ) -> Result<(), StoreError> {
+        let until = now_ms() + claim_for.as_millis() as i64;
+        let result = sqlx::query("UPDATE outbox SET claimed_until = $1 WHERE message_id = ANY($2)")
+            .bind(until)
+            .bind(ids)
+            .execute(&self.inner.pool)
+            .await;
+        if let Err(e) = &result {
+            warn!(error = %e, "could not renew the claims on replies being sent");
+        }
+        result.map(drop).map_err(StoreError::from)
+    }
+}
