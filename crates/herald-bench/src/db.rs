@@ -1,9 +1,10 @@
 //! Where a scenario's database lives, and how the store is opened for it.
 
 use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
 use std::time::Duration;
 
-use anyhow::Context;
 use herald_store::StoreOptions;
 use tempfile::TempDir;
 
@@ -35,9 +36,41 @@ impl ScratchDb {
     }
 }
 
+/// Where a scenario's store lives: a SQLite file, or a new database on a PostgreSQL server.
+#[derive(Debug)]
+pub enum Place {
+    /// `--db`, or a file in a temporary directory.
+    Sqlite(ScratchDb),
+    /// The URL (no password) of a database created for this run.
+    Postgres(String),
+}
+
+impl Place {
+    /// The store's URL, as `[store] url` and the spawned processes take it.
+    pub fn url(&self) -> String {
+        match self {
+            Place::Sqlite(db) => format!("sqlite://{}", db.path().display()),
+            Place::Postgres(url) => url.clone(),
+        }
+    }
+
+    /// `sqlite` or `postgres`.
+    pub fn backend(&self) -> &'static str {
+        match self {
+            Place::Sqlite(_) => "sqlite",
+            Place::Postgres(_) => "postgres",
+        }
+    }
+}
+
 /// The store's retry knobs, as the storm and its workers take them.
 #[derive(Debug, Clone, clap::Args)]
 pub struct StoreArgs {
+    /// The store: a SQLite file (`sqlite://PATH`, default a temporary one) or a PostgreSQL
+    /// server (`postgres://USER@HOST:PORT/DB`; the run creates a database of its own there,
+    /// the password comes from HERALD_STORE_PASSWORD).
+    #[arg(long, value_name = "URL")]
+    pub store: Option<String>,
     /// SQLite's own busy wait per attempt, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     pub busy_timeout_ms: u64,
@@ -47,12 +80,51 @@ pub struct StoreArgs {
 }
 
 impl StoreArgs {
-    /// Store options for the database at `path` with these knobs.
-    pub fn options(&self, path: &Path) -> StoreOptions {
+    /// Whether `--store` names a PostgreSQL server.
+    pub fn is_postgres(&self) -> bool {
+        self.store.as_deref().is_some_and(|url| url.starts_with("postgres"))
+    }
+
+    /// Where this run's store goes: a new database on the `--store` PostgreSQL server, or the
+    /// `--store sqlite://PATH` file, `db`, or `name` in a temporary directory.
+    pub async fn place(&self, db: Option<PathBuf>, name: &str) -> anyhow::Result<Place> {
+        match self.store.as_deref() {
+            Some(url) if url.starts_with("postgres") => {
+                let created = herald_store::scratch::fresh_database_on(url, password().as_deref())
+                    .await
+                    .map_err(anyhow::Error::msg)?;
+                Ok(Place::Postgres(created))
+            }
+            Some(url) => {
+                let path = url.strip_prefix("sqlite://").with_context(|| {
+                    format!("--store {url} is neither sqlite://PATH nor postgres://...")
+                })?;
+                Ok(Place::Sqlite(ScratchDb::resolve(Some(path.into()), name)?))
+            }
+            None => Ok(Place::Sqlite(ScratchDb::resolve(db, name)?)),
+        }
+    }
+
+    /// A temporary SQLite file, whatever `--store` says: the figure beside PostgreSQL's.
+    pub fn sqlite_place(&self, name: &str) -> anyhow::Result<Place> {
+        Ok(Place::Sqlite(ScratchDb::resolve(None, name)?))
+    }
+
+    /// Store options for the store at `url` (as [`Place::url`] gives it) with these knobs.
+    pub fn options(&self, url: &str) -> StoreOptions {
+        let base = match url.strip_prefix("sqlite://") {
+            Some(path) => StoreOptions::new(path),
+            None => StoreOptions::postgres(url, password()),
+        };
         StoreOptions {
             busy_timeout: Duration::from_millis(self.busy_timeout_ms),
             write_patience: Duration::from_millis(self.write_patience_ms),
-            ..StoreOptions::new(path)
+            ..base
         }
     }
+}
+
+/// The PostgreSQL password, from the environment.
+fn password() -> Option<String> {
+    std::env::var(herald_store::scratch::PASSWORD_VAR).ok().filter(|p| !p.is_empty())
 }

@@ -13,7 +13,7 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::task::JoinSet;
 
 use crate::Outcome;
-use crate::db::{ScratchDb, StoreArgs};
+use crate::db::{Place, StoreArgs};
 use crate::stats::{Latencies, rate, round};
 use crate::verify::lost_turns;
 use crate::worker::{Event, Report};
@@ -44,6 +44,7 @@ pub struct StormArgs {
 #[derive(Debug, Serialize)]
 struct StormLine {
     scenario: &'static str,
+    store: &'static str,
     processes: u32,
     chats: u32,
     turns: u32,
@@ -61,17 +62,30 @@ struct StormLine {
     index_catchup_s: Option<f64>,
 }
 
-/// Runs the storm and verifies the store afterwards.
+/// Runs the storm and verifies the store afterwards; with `--store postgres://...`, first on a
+/// temporary SQLite file, then on PostgreSQL, one line each.
 pub async fn run(args: StormArgs) -> anyhow::Result<Outcome> {
-    let db = ScratchDb::resolve(args.db.clone(), "storm.db")?;
-    let options = args.store.options(db.path());
+    if !args.store.is_postgres() {
+        let place = args.store.place(args.db.clone(), "storm.db").await?;
+        return storm(&args, &place).await;
+    }
+    let sqlite = storm(&args, &args.store.sqlite_place("storm.db")?).await?;
+    let postgres = storm(&args, &args.store.place(None, "storm.db").await?).await?;
+    Ok(Outcome { line: format!("{}\n{}", sqlite.line, postgres.line), ok: sqlite.ok && postgres.ok })
+}
+
+/// One storm on the store at `place`.
+async fn storm(args: &StormArgs, place: &Place) -> anyhow::Result<Outcome> {
+    eprintln!("store-storm: on {}", place.backend());
+    let url = place.url();
+    let options = args.store.options(&url);
     // Created and migrated once here, so the workers race on writes, not on the schema.
     Store::open(options.clone()).await.context("could not create the store")?.close().await;
 
     let exe = std::env::current_exe().context("could not find this binary to spawn workers")?;
     let mut workers = Vec::new();
     for index in 0..args.processes {
-        workers.push(WorkerProcess::spawn(&exe, index, &args, db.path())?);
+        workers.push(WorkerProcess::spawn(&exe, index, args, &url)?);
     }
     for worker in &mut workers {
         worker.ready().await?;
@@ -152,6 +166,7 @@ pub async fn run(args: StormArgs) -> anyhow::Result<Outcome> {
     let errors = failed + reports.iter().map(|r| r.errors).sum::<u64>();
     let line = StormLine {
         scenario: "store-storm",
+        store: place.backend(),
         processes: args.processes,
         chats: args.chats,
         turns: args.turns,
@@ -182,11 +197,10 @@ struct WorkerProcess {
 }
 
 impl WorkerProcess {
-    fn spawn(exe: &Path, index: u32, args: &StormArgs, db: &Path) -> anyhow::Result<Self> {
+    fn spawn(exe: &Path, index: u32, args: &StormArgs, url: &str) -> anyhow::Result<Self> {
         let mut child = Command::new(exe)
             .arg("worker")
-            .arg("--db")
-            .arg(db)
+            .args(["--url", url])
             .args(["--index", &index.to_string()])
             .args(["--chats", &args.chats.to_string()])
             .args(["--turns", &args.turns.to_string()])

@@ -3,7 +3,6 @@
 //! stdin ends.
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
@@ -19,9 +18,9 @@ use crate::turn::{EchoedMessage, SYSTEM_PROMPT, Turn};
 /// The hidden `worker` subcommand, spawned by `store-storm`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct WorkerArgs {
-    /// The database file (opened, and created if missing).
+    /// The store's URL (sqlite://PATH or postgres://...; created if missing).
     #[arg(long)]
-    pub db: PathBuf,
+    pub url: String,
     /// This worker's number, part of every chat id.
     #[arg(long, default_value_t = 0)]
     pub index: u32,
@@ -76,7 +75,7 @@ pub struct SessionAcks {
 
 /// Runs the worker until every chat is done.
 pub async fn run(args: WorkerArgs) -> anyhow::Result<()> {
-    let store = Store::open(args.store.options(&args.db)).await.context("worker: open store")?;
+    let store = Store::open(args.store.options(&args.url)).await.context("worker: open store")?;
     // Every text is drawn before `go`, so the storm measures the store, not the generator.
     let scripts: Vec<Vec<Turn>> = (0..args.chats)
         .map(|_| (0..args.turns).map(|_| Turn::synthetic(&mut rand::rng())).collect())

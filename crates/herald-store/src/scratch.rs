@@ -78,26 +78,33 @@ pub fn server_url() -> String {
 
 /// Creates a new, empty database on the test server; returns its URL (no password).
 pub async fn fresh_database() -> String {
-    let server = server_url();
-    let mut options = PgConnectOptions::from_str(&server).expect("a valid HERALD_TEST_PG URL");
-    if let Some(password) = password() {
-        options = options.password(&password);
+    fresh_database_on(&server_url(), password().as_deref()).await.unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Creates a new, empty database on the server of `server` (a URL naming any database on it
+/// that the user may connect to); returns the new database's URL (no password).
+pub async fn fresh_database_on(server: &str, password: Option<&str>) -> Result<String, String> {
+    let location = crate::pg::redact(server);
+    let mut options = PgConnectOptions::from_str(server)
+        .map_err(|e| format!("{location} is not a PostgreSQL URL: {e}"))?;
+    if let Some(password) = password {
+        options = options.password(password);
     }
     let mut conn = options
         .connect()
         .await
-        .unwrap_or_else(|e| panic!("cannot reach the test PostgreSQL at {server}: {e}"));
+        .map_err(|e| format!("cannot reach PostgreSQL at {location}: {e}"))?;
     let name = format!("t{}", uuid::Uuid::now_v7().simple());
     // The name is ours (a letter and hex digits), never input.
     sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
         .execute(&mut conn)
         .await
-        .unwrap_or_else(|e| panic!("cannot create a test database: {e}"));
+        .map_err(|e| format!("cannot create a database on {location}: {e}"))?;
     conn.close().await.ok();
     let (base, query) = match server.split_once('?') {
         Some((base, query)) => (base, format!("?{query}")),
-        None => (server.as_str(), String::new()),
+        None => (server, String::new()),
     };
     let root = base.rsplit_once('/').map_or(base, |(root, _)| root);
-    format!("{root}/{name}{query}")
+    Ok(format!("{root}/{name}{query}"))
 }
