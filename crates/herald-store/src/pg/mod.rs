@@ -7,6 +7,7 @@
 //! `write_patience` is spent.
 
 mod gateway;
+mod lineage;
 mod messages;
 mod open;
 mod search;
