@@ -291,3 +291,35 @@ async fn context_tokens_follow_the_last_reported_call(store, scratch) {
     assert_eq!(context(&store, other.id.clone()).await, 77);
 }
 }
+
+/// A compression whose last statement fails on PostgreSQL undoes the child, the parent's end
+/// and the moved route with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compression_that_fails_part_way_changes_nothing_on_postgres() {
+    use sqlx::{ConnectOptions, Executor};
+    let (store, scratch) = crate::fresh_on(herald_store::scratch::Kind::Postgres).await;
+    let parent = routed(&store).await;
+    store.rename_session(&parent.id, "trip").await.unwrap();
+    let mut options: sqlx::postgres::PgConnectOptions = scratch.url.parse().unwrap();
+    if let Some(password) = herald_store::scratch::password() {
+        options = options.password(&password);
+    }
+    let mut conn = options.connect().await.unwrap();
+    conn.execute(
+        "CREATE FUNCTION boom() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN IF new.content = 'boom' THEN RAISE EXCEPTION 'boom'; END IF; RETURN new; END $$;
+         CREATE TRIGGER boom BEFORE INSERT ON messages FOR EACH ROW EXECUTE FUNCTION boom();",
+    )
+    .await
+    .unwrap();
+    let messages = vec![NewMessage::user("summary"), NewMessage::user("boom")];
+    assert!(store.compress_session(&parent.id, messages, 10).await.is_err());
+    let sessions = store.list_sessions(&SessionFilter::default()).await.unwrap();
+    assert_eq!(ids(&sessions), [parent.id.as_str()]);
+    assert_eq!((sessions[0].ended_at, sessions[0].end_reason.as_deref()), (None, None));
+    assert_eq!(store.routed_session(KEY).await.unwrap().unwrap().id, parent.id);
+
+    conn.execute("DROP TRIGGER boom ON messages").await.unwrap();
+    let child = store.compress_session(&parent.id, vec![NewMessage::user("ok")], 10).await;
+    assert_eq!(child.unwrap().title.as_deref(), Some("trip #2"));
+}
