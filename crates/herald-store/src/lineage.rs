@@ -17,7 +17,7 @@ use crate::time::now_ms;
 use crate::write::write_tx;
 
 /// Longest chain walked: far beyond any real one, it only stops a corrupt loop of parents.
-const MAX_DEPTH: i64 = 100_000;
+pub(crate) const MAX_DEPTH: i64 = 100_000;
 
 /// What a compression ends its parent with.
 pub(crate) const COMPRESSED: &str = "compressed";
@@ -238,16 +238,7 @@ pub(crate) async fn relink_children(
         if parents.contains_key(child.as_str()) {
             continue;
         }
-        let mut ancestor = Some(parent.as_str());
-        let mut steps = 0;
-        while let Some(Some(up)) = ancestor.map(|a| parents.get(a)) {
-            ancestor = *up;
-            steps += 1;
-            if steps > parents.len() {
-                ancestor = None;
-                break;
-            }
-        }
+        let ancestor = nearest_kept(&parents, &parent);
         sqlx::query("UPDATE sessions SET parent_session_id = ? WHERE id = ?")
             .bind(ancestor)
             .bind(&child)
@@ -255,6 +246,24 @@ pub(crate) async fn relink_children(
             .await?;
     }
     Ok(())
+}
+
+/// The nearest of `parent` and its ancestors that is not among `doomed` (each doomed session's
+/// parent), or `None` when the chain above is all doomed.
+pub(crate) fn nearest_kept<'a>(
+    doomed: &std::collections::HashMap<&'a str, Option<&'a str>>,
+    parent: &'a str,
+) -> Option<&'a str> {
+    let mut ancestor = Some(parent);
+    let mut steps = 0;
+    while let Some(Some(up)) = ancestor.map(|a| doomed.get(a)) {
+        ancestor = *up;
+        steps += 1;
+        if steps > doomed.len() {
+            return None;
+        }
+    }
+    ancestor
 }
 
 #[cfg(test)]

@@ -142,19 +142,11 @@ impl Lite {
     /// compressions. A numbered title (`trip #2`, given to a child by compression) and an id
     /// reach exactly their session.
     pub async fn resolve_session(&self, reference: &str) -> Result<Session, StoreError> {
-        let reference = reference.trim();
-        // A short id copied with the `…` it is shown with.
-        let reference = match reference.strip_suffix('…') {
-            Some(id) if !id.is_empty() && id.chars().all(|c| c.is_ascii_hexdigit() || c == '-') => {
-                id
-            }
-            _ => reference,
-        };
-        let not_found = || StoreError::SessionNotFound(reference.to_owned());
+        let reference = trim_reference(reference);
         if reference.is_empty() {
-            return Err(not_found());
+            return Err(StoreError::SessionNotFound(reference.to_owned()));
         }
-        let mut found: Vec<Session> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        let found: Vec<Session> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
             "SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?1 OR title = ?1
              UNION SELECT {SESSION_COLUMNS} FROM sessions
                    WHERE substr(id, 1, length(?1)) = ?1 AND length(?1) >= 4
@@ -163,21 +155,9 @@ impl Lite {
         .bind(reference)
         .fetch_all(&self.inner.pool)
         .await?;
-        if let Some(exact) = found.iter().position(|s| s.id == reference) {
-            return Ok(self.noted(found.swap_remove(exact)));
-        }
-        if let Some(titled) = found.iter().position(|s| s.title.as_deref() == Some(reference)) {
-            let titled = found.swap_remove(titled);
-            let numbered = crate::lineage::split_number(reference).0 != reference;
-            if numbered || titled.ended_at.is_none() {
-                return Ok(self.noted(titled));
-            }
-            return self.newest_in_chain(&titled.id).await;
-        }
-        match found.len() {
-            0 => Err(not_found()),
-            1 => Ok(self.noted(found.remove(0))),
-            count => Err(StoreError::AmbiguousSession { reference: reference.to_owned(), count }),
+        match pick(found, reference)? {
+            Picked::This(session) => Ok(self.noted(*session)),
+            Picked::NewestOf(id) => self.newest_in_chain(&id).await,
         }
     }
 
@@ -323,7 +303,45 @@ impl Lite {
     }
 }
 
-fn prompt_hash(prompt: &str) -> String {
+/// A session reference as typed, less surrounding space and the `…` a short id is shown with.
+pub(crate) fn trim_reference(reference: &str) -> &str {
+    let reference = reference.trim();
+    match reference.strip_suffix('…') {
+        Some(id) if !id.is_empty() && id.chars().all(|c| c.is_ascii_hexdigit() || c == '-') => id,
+        _ => reference,
+    }
+}
+
+/// What a reference names, of the sessions (at most three) whose id or title is it or whose id
+/// starts with it.
+pub(crate) enum Picked {
+    /// Exactly this session.
+    This(Box<Session>),
+    /// The newest session of this one's chain: a plain title of a session that has ended.
+    NewestOf(String),
+}
+
+/// The choice of [`Lite::resolve_session`] among the sessions a reference matched.
+pub(crate) fn pick(mut found: Vec<Session>, reference: &str) -> Result<Picked, StoreError> {
+    if let Some(exact) = found.iter().position(|s| s.id == reference) {
+        return Ok(Picked::This(Box::new(found.swap_remove(exact))));
+    }
+    if let Some(titled) = found.iter().position(|s| s.title.as_deref() == Some(reference)) {
+        let titled = found.swap_remove(titled);
+        let numbered = crate::lineage::split_number(reference).0 != reference;
+        if numbered || titled.ended_at.is_none() {
+            return Ok(Picked::This(Box::new(titled)));
+        }
+        return Ok(Picked::NewestOf(titled.id));
+    }
+    match found.len() {
+        0 => Err(StoreError::SessionNotFound(reference.to_owned())),
+        1 => Ok(Picked::This(Box::new(found.remove(0)))),
+        count => Err(StoreError::AmbiguousSession { reference: reference.to_owned(), count }),
+    }
+}
+
+pub(crate) fn prompt_hash(prompt: &str) -> String {
     Sha256::digest(prompt.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }
 

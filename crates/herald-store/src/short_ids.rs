@@ -22,16 +22,17 @@ impl Lite {
             .bind(id)
             .fetch_one(&mut *conn)
             .await?;
-            let shared = [before, after]
-                .iter()
-                .flatten()
-                .map(|other| common_chars(id, other))
-                .max()
-                .unwrap_or(0);
-            short.push(prefix(id, shared + 1));
+            short.push(short_id(id, before.as_deref(), after.as_deref()));
         }
         Ok(short)
     }
+}
+
+/// The short id of `id`, given the ids next to it in byte order (those sharing the longest
+/// prefix with it).
+pub(crate) fn short_id(id: &str, before: Option<&str>, after: Option<&str>) -> String {
+    let shared = [before, after].iter().flatten().map(|other| common_chars(id, other)).max();
+    prefix(id, shared.unwrap_or(0) + 1)
 }
 
 /// How many leading characters `a` and `b` share.

@@ -9,6 +9,7 @@
 mod copy;
 mod gateway;
 mod handover;
+mod lineage;
 mod messages;
 mod open;
 mod search;

@@ -1,97 +1,192 @@
-//! Sessions, routes, lineage and history on PostgreSQL.
+//! Sessions on PostgreSQL: creation with a deduplicated system prompt, lookup, listing,
+//! renaming, ending, deleting and pruning; short ids, statistics and health.
 
-#![allow(unused_variables)]
-
+use std::sync::Arc;
 use std::time::Duration;
 
-use herald_core::{ChatRef, Platform, UserRef};
+use herald_core::Platform;
+use sqlx::{Connection, PgConnection};
 
 use super::Pg;
-use crate::*;
+use super::write::is_unique_violation;
+use crate::error::StoreError;
+use crate::sessions::{
+    NewSession, Picked, SESSION_COLUMNS, Session, SessionFilter, pick, prompt_hash, trim_reference,
+};
+use crate::stats::{Health, SourceStats, Stats};
+use crate::time::now_ms;
 
 impl Pg {
-    pub(crate) async fn history(&self, session_id: &str) -> Result<Vec<StoredMessage>, StoreError> {
-        Err(StoreError::WriteFailed("history is not built on PostgreSQL yet".into()))
-    }
-
-    pub(crate) async fn compress_session(
-        &self,
-        parent_id: &str,
-        messages: Vec<NewMessage>,
-        context_tokens: i64,
-    ) -> Result<Session, StoreError> {
-        Err(StoreError::WriteFailed("compress_session is not built on PostgreSQL yet".into()))
-    }
-
-    pub(crate) async fn chain(&self, id: &str) -> Result<Vec<Session>, StoreError> {
-        Err(StoreError::WriteFailed("chain is not built on PostgreSQL yet".into()))
-    }
-
-    pub(crate) async fn newest_in_chain(&self, id: &str) -> Result<Session, StoreError> {
-        Err(StoreError::WriteFailed("newest_in_chain is not built on PostgreSQL yet".into()))
-    }
-
-    pub(crate) async fn routed_session(&self, key: &str) -> Result<Option<Session>, StoreError> {
-        Err(StoreError::WriteFailed("routed_session is not built on PostgreSQL yet".into()))
-    }
-
-    pub(crate) async fn route_or_create(
-        &self,
-        key: &str,
-        new: &NewSession,
-    ) -> Result<(Session, bool), StoreError> {
-        Err(StoreError::WriteFailed("route_or_create is not built on PostgreSQL yet".into()))
-    }
-
-    pub(crate) async fn reroute(
-        &self,
-        key: &str,
-        new: &NewSession,
-        end_reason: &str,
-    ) -> Result<Session, StoreError> {
-        Err(StoreError::WriteFailed("reroute is not built on PostgreSQL yet".into()))
-    }
-
     pub(crate) async fn create_session(&self, new: &NewSession) -> Result<Session, StoreError> {
-        Err(StoreError::WriteFailed("create_session is not built on PostgreSQL yet".into()))
+        let new = Arc::new(new.clone());
+        self.write(move |tx| {
+            let new = Arc::clone(&new);
+            Box::pin(async move { insert_session(tx, &new).await })
+        })
+        .await
     }
 
     pub(crate) async fn session(&self, id: &str) -> Result<Option<Session>, StoreError> {
-        Err(StoreError::WriteFailed("session is not built on PostgreSQL yet".into()))
+        let mut conn = self.inner.pool.acquire().await?;
+        Ok(read_session(&mut conn, id).await?)
     }
 
+    /// As [`crate::open::Lite::resolve_session`]: exact id, exact title, or a unique id prefix.
     pub(crate) async fn resolve_session(&self, reference: &str) -> Result<Session, StoreError> {
-        Err(StoreError::WriteFailed("resolve_session is not built on PostgreSQL yet".into()))
+        let reference = trim_reference(reference);
+        if reference.is_empty() {
+            return Err(StoreError::SessionNotFound(reference.to_owned()));
+        }
+        let found: Vec<Session> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1 OR title = $1
+             UNION SELECT {SESSION_COLUMNS} FROM sessions
+                   WHERE starts_with(id, $1) AND length($1) >= 4
+             LIMIT 3"
+        )))
+        .bind(reference)
+        .fetch_all(&self.inner.pool)
+        .await?;
+        match pick(found, reference)? {
+            Picked::This(session) => Ok(*session),
+            Picked::NewestOf(id) => self.newest_in_chain(&id).await,
+        }
     }
 
     pub(crate) async fn system_prompt(
         &self,
         session_id: &str,
     ) -> Result<Option<String>, StoreError> {
-        Err(StoreError::WriteFailed("system_prompt is not built on PostgreSQL yet".into()))
+        Ok(sqlx::query_scalar(
+            "SELECT p.prompt FROM sessions s JOIN system_prompts p ON p.hash = s.system_prompt_hash
+             WHERE s.id = $1",
+        )
+        .bind(session_id)
+        .fetch_optional(&self.inner.pool)
+        .await?)
     }
 
     pub(crate) async fn list_sessions(
         &self,
         filter: &SessionFilter,
     ) -> Result<Vec<Session>, StoreError> {
-        Err(StoreError::WriteFailed("list_sessions is not built on PostgreSQL yet".into()))
+        // LIMIT NULL is no limit.
+        Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {SESSION_COLUMNS} FROM sessions
+             WHERE ($1::text IS NULL OR source = $1) AND ($2::text IS NULL OR user_id = $2)
+             ORDER BY started_at DESC, id DESC LIMIT $3"
+        )))
+        .bind(filter.source.map(Platform::as_str))
+        .bind(&filter.user_id)
+        .bind(filter.limit.map(i64::from))
+        .fetch_all(&self.inner.pool)
+        .await?)
     }
 
     pub(crate) async fn end_session(&self, id: &str, reason: &str) -> Result<(), StoreError> {
-        Err(StoreError::WriteFailed("end_session is not built on PostgreSQL yet".into()))
+        let (owned_id, reason) = (id.to_owned(), reason.to_owned());
+        let found = self
+            .write(move |tx| {
+                let (id, reason) = (owned_id.clone(), reason.clone());
+                Box::pin(async move { end_in(tx, &id, &reason).await })
+            })
+            .await?;
+        if !found {
+            return Err(StoreError::SessionNotFound(id.to_owned()));
+        }
+        Ok(())
     }
 
     pub(crate) async fn reopen_session(&self, id: &str) -> Result<(), StoreError> {
-        Err(StoreError::WriteFailed("reopen_session is not built on PostgreSQL yet".into()))
+        let id = id.to_owned();
+        self.write(move |tx| {
+            let id = id.clone();
+            Box::pin(async move {
+                let id = id.as_str();
+                let found = sqlx::query(
+                    "UPDATE sessions SET ended_at = NULL, end_reason = NULL, updated_at = $1
+                     WHERE id = $2
+                       AND NOT EXISTS (SELECT 1 FROM sessions c WHERE c.parent_session_id = $2)",
+                )
+                .bind(now_ms())
+                .bind(id)
+                .execute(&mut **tx)
+                .await?
+                .rows_affected();
+                if found > 0 {
+                    return Ok(Ok(()));
+                }
+                Ok(match super::lineage::newest_of(tx, id).await? {
+                    None => Err(StoreError::SessionNotFound(id.to_owned())),
+                    Some(newest) => Err(StoreError::AlreadyContinued {
+                        id: id.to_owned(),
+                        newest: Some(newest.id).filter(|n| n != id),
+                    }),
+                })
+            })
+        })
+        .await?
     }
 
     pub(crate) async fn rename_session(&self, id: &str, title: &str) -> Result<(), StoreError> {
-        Err(StoreError::WriteFailed("rename_session is not built on PostgreSQL yet".into()))
+        let title = title.trim();
+        let value = (!title.is_empty()).then(|| title.to_owned());
+        let owned_id = id.to_owned();
+        let result = self
+            .write(move |tx| {
+                let (id, value) = (owned_id.clone(), value.clone());
+                Box::pin(async move {
+                    let found = sqlx::query(
+                        "UPDATE sessions SET title = $1, updated_at = $2 WHERE id = $3",
+                    )
+                    .bind(value)
+                    .bind(now_ms())
+                    .bind(&id)
+                    .execute(&mut **tx)
+                    .await?;
+                    Ok(found.rows_affected())
+                })
+            })
+            .await;
+        match result {
+            Ok(0) => Err(StoreError::SessionNotFound(id.to_owned())),
+            Ok(_) => Ok(()),
+            Err(StoreError::Sqlx(e)) if is_unique_violation(&e) => {
+                let holder: String = sqlx::query_scalar("SELECT id FROM sessions WHERE title = $1")
+                    .bind(title)
+                    .fetch_one(&self.inner.pool)
+                    .await?;
+                Err(StoreError::TitleTaken { title: title.to_owned(), session_id: holder })
+            }
+            Err(e) => Err(e),
+        }
     }
 
     pub(crate) async fn delete_session(&self, id: &str) -> Result<i64, StoreError> {
-        Err(StoreError::WriteFailed("delete_session is not built on PostgreSQL yet".into()))
+        let owned_id = id.to_owned();
+        let deleted = self
+            .write(move |tx| {
+                let id = owned_id.clone();
+                Box::pin(async move {
+                    let id = id.as_str();
+                    let found: Option<(i64, Option<String>)> = sqlx::query_as(
+                        "SELECT message_count, parent_session_id FROM sessions WHERE id = $1
+                         FOR UPDATE",
+                    )
+                    .bind(id)
+                    .fetch_optional(&mut **tx)
+                    .await?;
+                    let Some((messages, parent)) = found else { return Ok(None) };
+                    super::lineage::relink_children(tx, &[(id.to_owned(), parent)]).await?;
+                    sqlx::query("DELETE FROM sessions WHERE id = $1")
+                        .bind(id)
+                        .execute(&mut **tx)
+                        .await?;
+                    forget_unused_prompts(tx).await?;
+                    Ok(Some(messages))
+                })
+            })
+            .await?;
+        deleted.ok_or_else(|| StoreError::SessionNotFound(id.to_owned()))
     }
 
     pub(crate) async fn prune_sessions(
@@ -99,18 +194,186 @@ impl Pg {
         older_than: Duration,
         source: Option<Platform>,
     ) -> Result<u64, StoreError> {
-        Err(StoreError::WriteFailed("prune_sessions is not built on PostgreSQL yet".into()))
+        let age = i64::try_from(older_than.as_millis()).unwrap_or(i64::MAX);
+        let cutoff = now_ms().saturating_sub(age);
+        let source = source.map(Platform::as_str);
+        const PRUNED: &str =
+            "ended_at IS NOT NULL AND ended_at < $1 AND ($2::text IS NULL OR source = $2)
+             AND id NOT IN (SELECT session_id FROM routes)";
+        self.write(move |tx| {
+            Box::pin(async move {
+                let doomed: Vec<(String, Option<String>)> = sqlx::query_as(sqlx::AssertSqlSafe(
+                    format!("SELECT id, parent_session_id FROM sessions WHERE {PRUNED} FOR UPDATE"),
+                ))
+                .bind(cutoff)
+                .bind(source)
+                .fetch_all(&mut **tx)
+                .await?;
+                super::lineage::relink_children(tx, &doomed).await?;
+                let ids: Vec<&str> = doomed.iter().map(|(id, _)| id.as_str()).collect();
+                let pruned = sqlx::query("DELETE FROM sessions WHERE id = ANY($1)")
+                    .bind(&ids)
+                    .execute(&mut **tx)
+                    .await?
+                    .rows_affected();
+                forget_unused_prompts(tx).await?;
+                Ok(pruned)
+            })
+        })
+        .await
     }
 
     pub(crate) async fn short_ids(&self, ids: &[&str]) -> Result<Vec<String>, StoreError> {
-        Err(StoreError::WriteFailed("short_ids is not built on PostgreSQL yet".into()))
+        let mut conn = self.inner.pool.acquire().await?;
+        let mut short = Vec::with_capacity(ids.len());
+        for id in ids {
+            // Ids compare byte by byte (the column's collation is "C"), as on SQLite.
+            let (before, after): (Option<String>, Option<String>) = sqlx::query_as(
+                "SELECT (SELECT max(id) FROM sessions WHERE id < $1),
+                        (SELECT min(id) FROM sessions WHERE id > $1)",
+            )
+            .bind(id)
+            .fetch_one(&mut *conn)
+            .await?;
+            short.push(crate::short_ids::short_id(id, before.as_deref(), after.as_deref()));
+        }
+        Ok(short)
     }
 
     pub(crate) async fn stats(&self) -> Result<Stats, StoreError> {
-        Err(StoreError::WriteFailed("stats is not built on PostgreSQL yet".into()))
+        let by_source: Vec<SourceStats> = sqlx::query_as(
+            "SELECT source, count(*) AS sessions, count(*) - count(ended_at) AS open_sessions,
+                    coalesce(sum(message_count), 0)::bigint AS messages
+             FROM sessions GROUP BY source ORDER BY sessions DESC, messages DESC, source",
+        )
+        .fetch_all(&self.inner.pool)
+        .await?;
+        let (oldest, newest, size): (Option<i64>, Option<i64>, i64) = sqlx::query_as(
+            "SELECT min(started_at), max(started_at), pg_database_size(current_database())
+             FROM sessions",
+        )
+        .fetch_one(&self.inner.pool)
+        .await?;
+        Ok(Stats {
+            sessions: by_source.iter().map(|s| s.sessions).sum(),
+            open_sessions: by_source.iter().map(|s| s.open_sessions).sum(),
+            messages: by_source.iter().map(|s| s.messages).sum(),
+            by_source,
+            oldest_started_at: oldest,
+            newest_started_at: newest,
+            size_bytes: u64::try_from(size).unwrap_or(0),
+        })
     }
 
+    /// The schema version and whether the search index is there; PostgreSQL checks its own
+    /// pages, so a database that answers is taken as whole.
     pub(crate) async fn health(&self) -> Result<Health, StoreError> {
-        Err(StoreError::WriteFailed("health is not built on PostgreSQL yet".into()))
+        let mut conn = self.inner.pool.acquire().await?;
+        let schema_version = super::open::applied_version(&mut conn).await?;
+        let search_index: bool =
+            sqlx::query_scalar("SELECT to_regclass('messages_search_idx') IS NOT NULL")
+                .fetch_one(&mut *conn)
+                .await?;
+        Ok(Health {
+            schema_version,
+            known_schema_version: super::open::known_version(),
+            journal_mode: "postgres".to_owned(),
+            fts5: search_index,
+            integrity: vec!["ok".to_owned()],
+            search_index_ok: true,
+            unindexed: 0,
+        })
+    }
+}
+
+/// Inserts a session and its prompt inside the caller's transaction.
+pub(crate) async fn insert_session(
+    conn: &mut PgConnection,
+    new: &NewSession,
+) -> Result<Session, sqlx::Error> {
+    let now = now_ms();
+    let hash = prompt_hash(&new.system_prompt);
+    // An upsert, not DO NOTHING: it holds the prompt's row until commit, so a replica deleting
+    // the last other session with this prompt cannot take the prompt away from under this one.
+    sqlx::query(
+        "INSERT INTO system_prompts (hash, prompt, created_at) VALUES ($1, $2, $3)
+         ON CONFLICT (hash) DO UPDATE SET created_at = system_prompts.created_at",
+    )
+    .bind(&hash)
+    .bind(&new.system_prompt)
+    .bind(now)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO sessions (id, source, session_key, chat_id, thread_id, user_id, chat_type,
+                               model, system_prompt_hash, parent_session_id, started_at, updated_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11)
+         RETURNING {SESSION_COLUMNS}"
+    )))
+    .bind(uuid::Uuid::now_v7().to_string())
+    .bind(new.source.as_str())
+    .bind(&new.session_key)
+    .bind(&new.chat_id)
+    .bind(&new.thread_id)
+    .bind(&new.user_id)
+    .bind(&new.chat_type)
+    .bind(&new.model)
+    .bind(&hash)
+    .bind(&new.parent_session_id)
+    .bind(now)
+    .fetch_one(&mut *conn)
+    .await
+}
+
+/// The session with exactly this id, read on `conn`.
+pub(crate) async fn read_session(
+    conn: &mut PgConnection,
+    id: &str,
+) -> Result<Option<Session>, sqlx::Error> {
+    sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1"
+    )))
+    .bind(id)
+    .fetch_optional(&mut *conn)
+    .await
+}
+
+/// Ends a session inside the caller's transaction, keeping an earlier end if there is one;
+/// false when there is no such session.
+pub(crate) async fn end_in(
+    conn: &mut PgConnection,
+    id: &str,
+    reason: &str,
+) -> Result<bool, sqlx::Error> {
+    let found = sqlx::query(
+        "UPDATE sessions SET ended_at = coalesce(ended_at, $1),
+                end_reason = coalesce(end_reason, $2), updated_at = $1 WHERE id = $3",
+    )
+    .bind(now_ms())
+    .bind(reason)
+    .bind(id)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    Ok(found > 0)
+}
+
+/// System prompts no session refers to any more. A replica may be creating a session with one
+/// of them right now; should the delete reach its prompt anyway, it fails on the foreign key and
+/// the prompt stays, unused and harmless until the next cleanup.
+async fn forget_unused_prompts(conn: &mut PgConnection) -> Result<(), sqlx::Error> {
+    let mut savepoint = conn.begin().await?;
+    let deleted = sqlx::query(
+        "DELETE FROM system_prompts p
+         WHERE NOT EXISTS (SELECT 1 FROM sessions s WHERE s.system_prompt_hash = p.hash)",
+    )
+    .execute(&mut *savepoint)
+    .await;
+    match deleted {
+        Ok(_) => savepoint.commit().await,
+        Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("23503") => {
+            savepoint.rollback().await
+        }
+        Err(e) => Err(e),
     }
 }

@@ -1,11 +1,10 @@
 use herald_core::Platform;
-use herald_store::{NewMessage, SessionFilter};
+use herald_store::{Appended, NewMessage, NewSession, SessionFilter, StoreError};
 
-use crate::{fresh, session_for, turn};
+use crate::{reopen, session_for, turn};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn sixty_four_tasks_write_turns_at_once() {
-    let (store, _dir) = fresh().await;
+both! {
+async fn sixty_four_tasks_write_turns_at_once(store, scratch) {
     const TASKS: usize = 64;
     const TURNS: usize = 20;
     let mut tasks = tokio::task::JoinSet::new();
@@ -44,6 +43,7 @@ async fn sixty_four_tasks_write_turns_at_once() {
     assert_eq!(listed.len(), TASKS);
     assert_eq!(store.stats().await.unwrap().messages, (TASKS * TURNS * 4) as i64);
 }
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_wal_is_copied_back_while_writes_keep_coming() {
@@ -67,4 +67,86 @@ async fn the_wal_is_copied_back_while_writes_keep_coming() {
         }
     }
     assert_eq!(store.history(&session.id).await.unwrap().len(), n * 4);
+}
+
+both! {
+/// Several stores on one database, as replicas are: each writes its own sessions while all race
+/// to route the same chats and to record the same inbound messages. Nothing fails, each chat
+/// gets one session, and each inbound message is stored once.
+async fn replicas_race_for_routes_and_inbound_ids(store, scratch) {
+    const REPLICAS: usize = 4;
+    const KEYS: usize = 8;
+    let mut replicas = vec![store];
+    for _ in 1..REPLICAS {
+        replicas.push(reopen(&scratch).await);
+    }
+    let key = |k: usize| format!("telegram:dm:{k}");
+    let mut tasks = tokio::task::JoinSet::new();
+    for (r, replica) in replicas.iter().enumerate() {
+        for k in 0..KEYS {
+            // Two racers per replica and key.
+            for _ in 0..2 {
+                let (replica, key) = (replica.clone(), key(k));
+                tasks.spawn(async move {
+                    let new = NewSession {
+                        session_key: Some(key.clone()),
+                        ..session_for(Platform::Telegram, &k.to_string())
+                    };
+                    let (session, created) = replica.route_or_create(&key, &new).await?;
+                    let message = NewMessage::user(format!("hello {k}"));
+                    let stored = replica
+                        .append_inbound(&session.id, Platform::Telegram, &format!("m{k}"), message)
+                        .await?;
+                    let fresh = replica.record_inbound(Platform::Slack, &format!("m{k}")).await?;
+                    Ok::<_, StoreError>(Outcome { key, session: session.id, created, stored, fresh })
+                });
+            }
+        }
+        // Meanwhile, sessions of its own.
+        let replica = replica.clone();
+        tasks.spawn(async move {
+            let own = replica.create_session(&session_for(Platform::Cli, &format!("r{r}"))).await?;
+            for n in 0..10 {
+                replica.append_messages(&own.id, turn(n)).await?;
+            }
+            let stored = replica.history(&own.id).await?.len();
+            assert_eq!(stored, 40);
+            Ok(Outcome {
+                key: String::new(),
+                session: own.id,
+                created: true,
+                stored: Appended::Stored(Vec::new()),
+                fresh: false,
+            })
+        });
+    }
+    let mut outcomes = Vec::new();
+    while let Some(done) = tasks.join_next().await {
+        outcomes.push(done.unwrap().expect("no replica's write may fail"));
+    }
+    for k in 0..KEYS {
+        let racers: Vec<&Outcome> = outcomes.iter().filter(|o| o.key == key(k)).collect();
+        assert_eq!(racers.len(), REPLICAS * 2);
+        let routed = replicas[0].routed_session(&key(k)).await.unwrap().unwrap();
+        assert!(racers.iter().all(|o| o.session == routed.id), "key {k}: one session for all");
+        assert_eq!(racers.iter().filter(|o| o.created).count(), 1, "key {k}: created once");
+        let stored = racers.iter().filter(|o| matches!(o.stored, Appended::Stored(_))).count();
+        assert_eq!(stored, 1, "key {k}: the inbound message stored once");
+        assert_eq!(racers.iter().filter(|o| o.fresh).count(), 1, "key {k}: recorded once");
+        assert_eq!(replicas[1].history(&routed.id).await.unwrap().len(), 1);
+        assert_eq!(replicas[2].session(&routed.id).await.unwrap().unwrap().message_count, 1);
+    }
+    let all = replicas[3].list_sessions(&SessionFilter::default()).await.unwrap();
+    assert_eq!(all.len(), KEYS + REPLICAS, "no session left over from a lost race");
+    assert_eq!(replicas[0].stats().await.unwrap().messages, (KEYS + REPLICAS * 40) as i64);
+}
+}
+
+#[derive(Debug)]
+struct Outcome {
+    key: String,
+    session: String,
+    created: bool,
+    stored: Appended,
+    fresh: bool,
 }

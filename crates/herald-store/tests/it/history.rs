@@ -1,65 +1,62 @@
-//! Histories read again after they changed, here or in another process: always what the file
+//! Histories read again after they changed, here or in another process: always what the store
 //! holds, never what was read before.
 
 use herald_core::Platform;
+use herald_store::scratch::Scratch;
 use herald_store::{NewMessage, Store, StoredMessage};
 
-use crate::{open, session_for, turn};
+use crate::{reopen, session_for, turn};
 
 /// The history as a store that never read it before sees it.
-async fn from_disk(path: &std::path::Path, session: &str) -> Vec<StoredMessage> {
-    let store = open(path).await;
+async fn from_disk(scratch: &Scratch, session: &str) -> Vec<StoredMessage> {
+    let store = reopen(scratch).await;
     let history = store.history(session).await.unwrap();
     store.close().await;
     history
 }
 
-async fn check(reader: &Store, path: &std::path::Path, session: &str, len: usize) {
+async fn check(reader: &Store, scratch: &Scratch, session: &str, len: usize) {
     let read = reader.history(session).await.unwrap();
     assert_eq!(read.len(), len);
-    assert_eq!(read, from_disk(path, session).await);
+    assert_eq!(read, from_disk(scratch, session).await);
 }
 
-#[tokio::test]
-async fn a_history_read_again_is_what_the_file_holds() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("state.db");
-    // Two stores on one file, as two processes: `reader` keeps reading one session while
+both! {
+async fn a_history_read_again_is_what_the_store_holds(store, scratch) {
+    // Two stores on one database, as two processes: `reader` keeps reading one session while
     // `writer` changes it.
-    let (reader, writer) = (open(&path).await, open(&path).await);
+    let (reader, writer) = (store, reopen(&scratch).await);
     let session = reader.create_session(&session_for(Platform::Telegram, "ann")).await.unwrap();
-    check(&reader, &path, &session.id, 0).await;
+    check(&reader, &scratch, &session.id, 0).await;
 
     writer.append_messages(&session.id, turn(1)).await.unwrap();
-    check(&reader, &path, &session.id, 4).await;
-    check(&reader, &path, &session.id, 4).await;
+    check(&reader, &scratch, &session.id, 4).await;
+    check(&reader, &scratch, &session.id, 4).await;
     reader.append_messages(&session.id, turn(2)).await.unwrap();
     writer.append_messages(&session.id, turn(3)).await.unwrap();
-    check(&reader, &path, &session.id, 12).await;
+    check(&reader, &scratch, &session.id, 12).await;
 
     // `/retry` in the other process drops the last exchange; a new answer replaces it.
     assert_eq!(
         writer.reset_last_answer(&session.id).await.unwrap().as_deref(),
         Some("question number 3")
     );
-    check(&reader, &path, &session.id, 9).await;
+    check(&reader, &scratch, &session.id, 9).await;
     writer
         .append_messages(&session.id, vec![NewMessage::assistant("another answer")])
         .await
         .unwrap();
-    check(&reader, &path, &session.id, 10).await;
+    check(&reader, &scratch, &session.id, 10).await;
     let last = reader.history(&session.id).await.unwrap().pop().unwrap();
     assert_eq!(last.content, "another answer");
 
     writer.delete_session(&session.id).await.unwrap();
-    check(&reader, &path, &session.id, 0).await;
+    check(&reader, &scratch, &session.id, 0).await;
+}
 }
 
-#[tokio::test]
-async fn many_sessions_read_in_turn_stay_exact() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("state.db");
-    let store = open(&path).await;
+both! {
+async fn many_sessions_read_in_turn_stay_exact(store, scratch) {
     // More sessions than the store keeps in memory, each read, extended and read again.
     let mut sessions = Vec::new();
     for n in 0..300 {
@@ -79,4 +76,5 @@ async fn many_sessions_read_in_turn_stay_exact() {
         assert_eq!(history[4].content, format!("more {n}"));
         assert!(history.windows(2).all(|w| w[0].id < w[1].id));
     }
+}
 }

@@ -9,7 +9,7 @@ use herald_store::{
     TokenUsage,
 };
 
-use crate::{fresh, turn};
+use crate::turn;
 
 const KEY: &str = "telegram:group:-100:7";
 
@@ -61,9 +61,8 @@ fn ids(sessions: &[Session]) -> Vec<&str> {
     sessions.iter().map(|s| s.id.as_str()).collect()
 }
 
-#[tokio::test]
-async fn compression_continues_the_chat_in_a_child_and_moves_the_route() {
-    let (store, _dir) = fresh().await;
+both! {
+async fn compression_continues_the_chat_in_a_child_and_moves_the_route(store, scratch) {
     let parent = routed(&store).await;
     let child = compress(&store, &parent.id, "the user wants a haiku").await;
 
@@ -111,10 +110,10 @@ async fn compression_continues_the_chat_in_a_child_and_moves_the_route() {
     store.append_messages(&child.id, turn(2)).await.unwrap();
     assert_eq!(store.session(&child.id).await.unwrap().unwrap().message_count, 8);
 }
+}
 
-#[tokio::test]
-async fn a_compressed_session_is_not_compressed_again() {
-    let (store, _dir) = fresh().await;
+both! {
+async fn a_compressed_session_is_not_compressed_again(store, scratch) {
     let parent = routed(&store).await;
     let child = compress(&store, &parent.id, "first").await;
     let again = store.compress_session(&parent.id, summary_and_tail("second"), 10).await;
@@ -146,10 +145,10 @@ async fn a_compressed_session_is_not_compressed_again() {
     let missing = store.compress_session("no-such-session", Vec::new(), 0).await;
     assert!(matches!(missing, Err(StoreError::SessionNotFound(_))), "{missing:?}");
 }
+}
 
-#[tokio::test]
-async fn titles_number_along_the_chain_and_the_name_reaches_the_newest() {
-    let (store, _dir) = fresh().await;
+both! {
+async fn titles_number_along_the_chain_and_the_name_reaches_the_newest(store, scratch) {
     let first = routed(&store).await;
     store.rename_session(&first.id, "trip").await.unwrap();
     assert_eq!(store.resolve_session("trip").await.unwrap().id, first.id);
@@ -170,10 +169,10 @@ async fn titles_number_along_the_chain_and_the_name_reaches_the_newest() {
     assert_eq!(fourth.title.as_deref(), Some("trip #5"));
     assert_eq!(store.resolve_session("trip").await.unwrap().id, fourth.id);
 }
+}
 
-#[tokio::test]
-async fn the_chain_is_the_same_from_any_member() {
-    let (store, _dir) = fresh().await;
+both! {
+async fn the_chain_is_the_same_from_any_member(store, scratch) {
     let a = routed(&store).await;
     let b = compress(&store, &a.id, "one").await;
     let c = compress(&store, &b.id, "two").await;
@@ -187,10 +186,10 @@ async fn the_chain_is_the_same_from_any_member() {
     assert!(matches!(store.chain("nope").await, Err(StoreError::SessionNotFound(_))));
     assert!(matches!(store.newest_in_chain("nope").await, Err(StoreError::SessionNotFound(_))));
 }
+}
 
-#[tokio::test]
-async fn deleting_inside_a_chain_keeps_the_rest_linked() {
-    let (store, _dir) = fresh().await;
+both! {
+async fn deleting_inside_a_chain_keeps_the_rest_linked(store, scratch) {
     let a = routed(&store).await;
     let b = compress(&store, &a.id, "one").await;
     let c = compress(&store, &b.id, "two").await;
@@ -205,10 +204,10 @@ async fn deleting_inside_a_chain_keeps_the_rest_linked() {
     assert_eq!(c.parent_session_id, None);
     assert_eq!(ids(&store.chain(&c.id).await.unwrap()), [c.id.as_str()]);
 }
+}
 
-#[tokio::test]
-async fn pruning_the_old_part_of_a_chain_keeps_the_current_session_whole() {
-    let (store, _dir) = fresh().await;
+both! {
+async fn pruning_the_old_part_of_a_chain_keeps_the_current_session_whole(store, scratch) {
     let a = routed(&store).await;
     let b = compress(&store, &a.id, "one").await;
     let c = compress(&store, &b.id, "two").await;
@@ -221,10 +220,10 @@ async fn pruning_the_old_part_of_a_chain_keeps_the_current_session_whole() {
     let health = store.health().await.unwrap();
     assert!(health.integrity == ["ok"] && health.search_index_ok, "{health:?}");
 }
+}
 
-#[tokio::test]
-async fn search_finds_every_session_of_a_chain_and_names_each() {
-    let (store, _dir) = fresh().await;
+both! {
+async fn search_finds_every_session_of_a_chain_and_names_each(store, scratch) {
     let a = routed(&store).await;
     store.append_messages(&a.id, vec![NewMessage::user("pack the walrus kit")]).await.unwrap();
     let b = compress(&store, &a.id, "walrus kit packed").await;
@@ -244,10 +243,10 @@ async fn search_finds_every_session_of_a_chain_and_names_each() {
     let hits = store.search(&only_b).await.unwrap();
     assert_eq!(hits.iter().map(|h| h.session_id.as_str()).collect::<Vec<_>>(), [b.id.as_str()]);
 }
+}
 
-#[tokio::test]
-async fn context_tokens_follow_the_last_reported_call() {
-    let (store, _dir) = fresh().await;
+both! {
+async fn context_tokens_follow_the_last_reported_call(store, scratch) {
     let s = routed(&store).await;
     let context = |store: &Store, id: String| {
         let store = store.clone();
@@ -290,4 +289,37 @@ async fn context_tokens_follow_the_last_reported_call() {
     assert!(matches!(missing, Err(StoreError::SessionNotFound(_))), "{missing:?}");
     assert_eq!(context(&store, s.id.clone()).await, 600);
     assert_eq!(context(&store, other.id.clone()).await, 77);
+}
+}
+
+/// A compression whose last statement fails on PostgreSQL undoes the child, the parent's end
+/// and the moved route with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compression_that_fails_part_way_changes_nothing_on_postgres() {
+    use sqlx::{ConnectOptions, Executor};
+    let (store, scratch) = crate::fresh_on(herald_store::scratch::Kind::Postgres).await;
+    let parent = routed(&store).await;
+    store.rename_session(&parent.id, "trip").await.unwrap();
+    let mut options: sqlx::postgres::PgConnectOptions = scratch.url.parse().unwrap();
+    if let Some(password) = herald_store::scratch::password() {
+        options = options.password(&password);
+    }
+    let mut conn = options.connect().await.unwrap();
+    conn.execute(
+        "CREATE FUNCTION boom() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN IF new.content = 'boom' THEN RAISE EXCEPTION 'boom'; END IF; RETURN new; END $$;
+         CREATE TRIGGER boom BEFORE INSERT ON messages FOR EACH ROW EXECUTE FUNCTION boom();",
+    )
+    .await
+    .unwrap();
+    let messages = vec![NewMessage::user("summary"), NewMessage::user("boom")];
+    assert!(store.compress_session(&parent.id, messages, 10).await.is_err());
+    let sessions = store.list_sessions(&SessionFilter::default()).await.unwrap();
+    assert_eq!(ids(&sessions), [parent.id.as_str()]);
+    assert_eq!((sessions[0].ended_at, sessions[0].end_reason.as_deref()), (None, None));
+    assert_eq!(store.routed_session(KEY).await.unwrap().unwrap().id, parent.id);
+
+    conn.execute("DROP TRIGGER boom ON messages").await.unwrap();
+    let child = store.compress_session(&parent.id, vec![NewMessage::user("ok")], 10).await;
+    assert_eq!(child.unwrap().title.as_deref(), Some("trip #2"));
 }

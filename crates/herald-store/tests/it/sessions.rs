@@ -4,7 +4,7 @@ use std::time::Duration;
 use herald_core::{Platform, Role};
 use herald_store::{NewSession, SessionFilter, StoreError};
 
-use crate::{fresh, open, reopen, session_for, turn};
+use crate::{fresh, reopen, session_for, turn};
 
 both! {
 async fn history_reads_back_in_order_after_reopening(store, scratch) {
@@ -41,19 +41,18 @@ async fn database_files_are_private() {
     assert!(store.is_wal());
 }
 
-#[tokio::test]
-async fn identical_system_prompts_are_stored_once() {
-    let (store, _dir) = fresh().await;
+both! {
+async fn identical_system_prompts_are_stored_once(store, scratch) {
     let a = store.create_session(&NewSession::new(Platform::Cli, "same")).await.unwrap();
     let b = store.create_session(&NewSession::new(Platform::Cli, "same")).await.unwrap();
     let c = store.create_session(&NewSession::new(Platform::Cli, "other")).await.unwrap();
     assert_eq!(a.system_prompt_hash, b.system_prompt_hash);
     assert_ne!(a.system_prompt_hash, c.system_prompt_hash);
 }
+}
 
-#[tokio::test]
-async fn inbound_messages_are_deduplicated() {
-    let (store, _dir) = fresh().await;
+both! {
+async fn inbound_messages_are_deduplicated(store, scratch) {
     let s = store.create_session(&session_for(Platform::Telegram, "7")).await.unwrap();
     let hello = herald_store::NewMessage::user("hello");
     let first = store.append_inbound(&s.id, Platform::Telegram, "1001", hello.clone()).await;
@@ -64,10 +63,10 @@ async fn inbound_messages_are_deduplicated() {
     assert!(matches!(other.unwrap(), herald_store::Appended::Stored(_)));
     assert_eq!(store.history(&s.id).await.unwrap().len(), 2);
 }
+}
 
-#[tokio::test]
-async fn appending_to_a_missing_session_fails_alone() {
-    let (store, _dir) = fresh().await;
+both! {
+async fn appending_to_a_missing_session_fails_alone(store, scratch) {
     let s = store.create_session(&session_for(Platform::Cli, "me")).await.unwrap();
     let (bad, good) = tokio::join!(
         store.append_messages("no-such-session", turn(1)),
@@ -77,10 +76,10 @@ async fn appending_to_a_missing_session_fails_alone() {
     assert_eq!(good.unwrap().len(), 4);
     assert_eq!(store.history(&s.id).await.unwrap().len(), 4);
 }
+}
 
-#[tokio::test]
-async fn inbound_messages_batched_with_one_to_a_missing_session_are_stored_once() {
-    let (store, _dir) = fresh().await;
+both! {
+async fn inbound_messages_batched_with_one_to_a_missing_session_are_stored_once(store, scratch) {
     let s = store.create_session(&session_for(Platform::Telegram, "me")).await.unwrap();
     let inbound = |session: &str, id: &str| {
         let (store, session, id) = (store.clone(), session.to_owned(), id.to_owned());
@@ -101,15 +100,17 @@ async fn inbound_messages_batched_with_one_to_a_missing_session_are_stored_once(
     assert!(matches!(first.unwrap(), herald_store::Appended::Stored(_)));
     assert!(matches!(second.unwrap(), herald_store::Appended::Stored(_)));
     assert_eq!(inbound(&s.id, "3").await.unwrap(), herald_store::Appended::Duplicate);
-    let texts: Vec<String> =
+    let mut texts: Vec<String> =
         store.history(&s.id).await.unwrap().into_iter().map(|m| m.content).collect();
+    // Appends made at once have no order between them (on PostgreSQL, two transactions).
+    texts.sort_unstable();
     assert_eq!(texts, ["message 1", "message 3"]);
     assert_eq!(store.session(&s.id).await.unwrap().unwrap().message_count, 2);
 }
+}
 
-#[tokio::test]
-async fn reroute_ends_the_old_session_and_moves_the_route() {
-    let (store, _dir) = fresh().await;
+both! {
+async fn reroute_ends_the_old_session_and_moves_the_route(store, scratch) {
     let key = "telegram:dm:42";
     let new = session_for(Platform::Telegram, "42");
     let (first, created) = store.route_or_create(key, &new).await.unwrap();
@@ -126,10 +127,10 @@ async fn reroute_ends_the_old_session_and_moves_the_route() {
     assert!(old.ended_at.is_some());
     assert!(store.session(&second.id).await.unwrap().unwrap().ended_at.is_none());
 }
+}
 
-#[tokio::test]
-async fn list_filters_and_orders_newest_first() {
-    let (store, _dir) = fresh().await;
+both! {
+async fn list_filters_and_orders_newest_first(store, scratch) {
     let a = store.create_session(&session_for(Platform::Cli, "a")).await.unwrap();
     let b = store.create_session(&session_for(Platform::Telegram, "b")).await.unwrap();
     let c = store.create_session(&session_for(Platform::Telegram, "c")).await.unwrap();
@@ -142,10 +143,10 @@ async fn list_filters_and_orders_newest_first() {
     assert_eq!(telegram.len(), 1);
     assert_eq!(telegram[0].id, c.id);
 }
+}
 
-#[tokio::test]
-async fn titles_are_unique_and_resolve() {
-    let (store, _dir) = fresh().await;
+both! {
+async fn titles_are_unique_and_resolve(store, scratch) {
     let a = store.create_session(&session_for(Platform::Cli, "a")).await.unwrap();
     let b = store.create_session(&session_for(Platform::Cli, "b")).await.unwrap();
     store.rename_session(&a.id, "groceries").await.unwrap();
@@ -163,10 +164,10 @@ async fn titles_are_unique_and_resolve() {
     store.rename_session(&a.id, "").await.unwrap();
     assert_eq!(store.session(&a.id).await.unwrap().unwrap().title, None);
 }
+}
 
-#[tokio::test]
-async fn deleting_a_parent_clears_the_childs_pointer() {
-    let (store, _dir) = fresh().await;
+both! {
+async fn deleting_a_parent_clears_the_childs_pointer(store, scratch) {
     let parent = store.create_session(&session_for(Platform::Telegram, "p")).await.unwrap();
     store.append_messages(&parent.id, turn(1)).await.unwrap();
     let child = NewSession {
@@ -180,14 +181,21 @@ async fn deleting_a_parent_clears_the_childs_pointer() {
     let child = store.session(&child.id).await.unwrap().unwrap();
     assert_eq!(child.parent_session_id, None);
     assert!(matches!(store.delete_session(&parent.id).await, Err(StoreError::SessionNotFound(_))));
-    // the deleted messages left the search index too
+}
+}
+
+both! {
+async fn a_deleted_sessions_messages_leave_the_search_index(store, scratch) {
+    let session = store.create_session(&session_for(Platform::Telegram, "p")).await.unwrap();
+    store.append_messages(&session.id, turn(1)).await.unwrap();
+    store.delete_session(&session.id).await.unwrap();
     let hits = store.search(&herald_store::SearchQuery::new("question")).await.unwrap();
     assert!(hits.is_empty());
 }
+}
 
-#[tokio::test]
-async fn prune_removes_only_old_ended_sessions() {
-    let (store, _dir) = fresh().await;
+both! {
+async fn prune_removes_only_old_ended_sessions(store, scratch) {
     let open_one = store.create_session(&session_for(Platform::Cli, "a")).await.unwrap();
     let ended = store.create_session(&session_for(Platform::Cli, "b")).await.unwrap();
     let other_source = store.create_session(&session_for(Platform::Slack, "c")).await.unwrap();
@@ -202,10 +210,10 @@ async fn prune_removes_only_old_ended_sessions() {
     assert!(store.session(&open_one.id).await.unwrap().is_some());
     assert!(store.session(&other_source.id).await.unwrap().is_some());
 }
+}
 
-#[tokio::test]
-async fn stats_count_sessions_and_messages() {
-    let (store, _dir) = fresh().await;
+both! {
+async fn stats_count_sessions_and_messages(store, scratch) {
     let a = store.create_session(&session_for(Platform::Cli, "a")).await.unwrap();
     let b = store.create_session(&session_for(Platform::Telegram, "b")).await.unwrap();
     store.append_messages(&a.id, turn(1)).await.unwrap();
@@ -218,10 +226,10 @@ async fn stats_count_sessions_and_messages() {
     assert_eq!(stats.by_source[0].messages, 8);
     assert!(stats.size_bytes > 0);
 }
+}
 
-#[tokio::test]
-async fn turns_add_their_tokens_and_sessions_reopen() {
-    let (store, _dir) = fresh().await;
+both! {
+async fn turns_add_their_tokens_and_sessions_reopen(store, scratch) {
     let s = store.create_session(&session_for(Platform::Cli, "me")).await.unwrap();
     let usage = herald_store::TokenUsage { input: 120, output: 30, context: 150 };
     store.append_turn(&s.id, turn(1), usage).await.unwrap();
@@ -232,10 +240,10 @@ async fn turns_add_their_tokens_and_sessions_reopen() {
     assert_eq!((s.input_tokens, s.output_tokens), (240, 60));
     assert_eq!((s.ended_at, s.end_reason), (None, None));
 }
+}
 
-#[tokio::test]
-async fn the_same_inbound_id_twice_in_one_batch_is_stored_once() {
-    let (store, _dir) = fresh().await;
+both! {
+async fn the_same_inbound_id_twice_in_one_batch_is_stored_once(store, scratch) {
     let s = store.create_session(&session_for(Platform::Telegram, "7")).await.unwrap();
     let msg = herald_store::NewMessage::user("hello");
     let (a, b) = tokio::join!(
@@ -246,6 +254,7 @@ async fn the_same_inbound_id_twice_in_one_batch_is_stored_once() {
     assert_eq!(outcomes.iter().filter(|o| **o == herald_store::Appended::Duplicate).count(), 1);
     assert_eq!(store.history(&s.id).await.unwrap().len(), 1);
     assert_eq!(store.session(&s.id).await.unwrap().unwrap().message_count, 1);
+}
 }
 
 #[tokio::test]
@@ -270,9 +279,8 @@ async fn a_closed_store_refuses_writes_and_leaves_the_file_whole() {
     assert_eq!(reopened.history(&s.id).await.unwrap().len(), 4);
 }
 
-#[tokio::test]
-async fn tokens_for_a_missing_session_fail_even_without_messages() {
-    let (store, _dir) = fresh().await;
+both! {
+async fn tokens_for_a_missing_session_fail_even_without_messages(store, scratch) {
     let s = store.create_session(&session_for(Platform::Cli, "me")).await.unwrap();
     let usage = herald_store::TokenUsage { input: 7, output: 3, context: 0 };
     // One batch; the empty append inserts no message whose foreign key could fail.
@@ -285,10 +293,10 @@ async fn tokens_for_a_missing_session_fail_even_without_messages() {
     let stored = store.session(&s.id).await.unwrap().unwrap();
     assert_eq!((stored.input_tokens, stored.output_tokens), (7, 3));
 }
+}
 
-#[tokio::test]
-async fn short_ids_are_unique_prefixes_that_resolve() {
-    let (store, _dir) = fresh().await;
+both! {
+async fn short_ids_are_unique_prefixes_that_resolve(store, scratch) {
     let mut ids = Vec::new();
     for _ in 0..20 {
         ids.push(store.create_session(&session_for(Platform::Cli, "me")).await.unwrap().id);
@@ -304,4 +312,5 @@ async fn short_ids_are_unique_prefixes_that_resolve() {
     // A title ending in `…` is still found as it is.
     store.rename_session(&ids[0], "to be continued…").await.unwrap();
     assert_eq!(store.resolve_session("to be continued…").await.unwrap().id, ids[0]);
+}
 }
