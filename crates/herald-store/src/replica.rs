@@ -30,7 +30,9 @@ pub struct SessionLock {
 #[derive(Debug)]
 enum Held {
     /// Held for as long as the guard lives.
-    Local { _guard: Local },
+    Local {
+        _guard: Local,
+    },
     Postgres(crate::pg::Held),
 }
 

@@ -2,8 +2,8 @@ use std::collections::HashSet;
 
 use herald_core::{ChatKind, ChatRef, Platform, Role, UserRef};
 use herald_store::{
-    ApproveError, Appended, PairingIssue, Delivery, NewMessage, NewSession, QueuedInbound, SearchQuery, Session, Store,
-    StoreError,
+    Appended, ApproveError, Delivery, NewMessage, NewSession, PairingIssue, QueuedInbound,
+    SearchQuery, Session, Store, StoreError,
 };
 
 use herald_store::scratch::{Kind, Scratch};

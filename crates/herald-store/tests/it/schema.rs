@@ -65,8 +65,10 @@ async fn a_newer_postgres_database_is_refused_and_left_alone() {
     let scratch = Scratch::new(Kind::Postgres).await;
     Store::open(scratch.options.clone()).await.unwrap().close().await;
     let mut conn = crate::replicas::connect(&scratch).await;
-    let future: i64 =
-        sqlx::query_scalar("SELECT max(version) + 1 FROM _sqlx_migrations").fetch_one(&mut conn).await.unwrap();
+    let future: i64 = sqlx::query_scalar("SELECT max(version) + 1 FROM _sqlx_migrations")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
     sqlx::query(
         "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time)
          VALUES ($1, 'from the future', true, '\\x00', 0)",
@@ -82,7 +84,9 @@ async fn a_newer_postgres_database_is_refused_and_left_alone() {
     assert!(message.contains("newer") && message.contains("upgrade herald"), "{message}");
     assert!(!message.contains('\n') && !message.contains("password"), "{message}");
     // left alone: still there, still newer
-    let recorded: i64 =
-        sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations").fetch_one(&mut conn).await.unwrap();
+    let recorded: i64 = sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
     assert_eq!(recorded, future);
 }
