@@ -135,7 +135,9 @@ impl Lite {
     }
 
     fn hold(&self, space: &str, name: &str) -> Option<SessionLock> {
-        let entry = (self.path().to_path_buf(), format!("{space}:{name}"));
+        // Two spellings of one file's path are one store.
+        let file = std::fs::canonicalize(self.path()).unwrap_or_else(|_| self.path().to_owned());
+        let entry = (file, format!("{space}:{name}"));
         let fresh = HELD.lock().unwrap_or_else(|p| p.into_inner()).insert(entry.clone());
         fresh.then(|| SessionLock { held: Held::Local { _guard: Local { entry } } })
     }

@@ -8,7 +8,6 @@ use crate::error::StoreError;
 use crate::gateway::{QUEUE_COLUMNS, QueueRow, QueuedInbound};
 use crate::outbox::{OUTBOX_COLUMNS, OutboxRow, Undelivered};
 use crate::replica::{CLAIM_SPACE, SESSION_SPACE, SessionLock, sorted};
-use crate::time::now_ms;
 
 impl Pg {
     pub(crate) async fn queued_for(
@@ -33,33 +32,37 @@ impl Pg {
     }
 
     /// Rows another replica is claiming at this moment are skipped, not waited for, and rows it
-    /// claimed are left until their claim expires: each reply goes to one live replica.
+    /// claimed are left until their claim expires: each reply goes to one live replica. Claims
+    /// are timed by the database's clock, which every replica shares.
     pub(crate) async fn claim_undelivered(
         &self,
         limit: i64,
         claim_for: Duration,
     ) -> Result<Vec<Undelivered>, StoreError> {
-        let claim_ms = i64::try_from(claim_for.as_millis()).unwrap_or(i64::MAX);
+        // Capped far below overflow when added to the time.
+        let claim_ms = i64::try_from(claim_for.as_millis()).unwrap_or(i64::MAX).min(i64::MAX / 2);
         let rows: Vec<OutboxRow> = self
             .write(move |tx| {
                 Box::pin(async move {
-                    let now = now_ms();
                     let sql = format!(
-                        "WITH picked AS (
-                             SELECT message_id FROM outbox
-                             WHERE claimed_until IS NULL OR claimed_until < $1
-                             ORDER BY message_id LIMIT $2
-                             FOR UPDATE SKIP LOCKED
+                        "WITH now AS (
+                             SELECT (extract(epoch FROM clock_timestamp()) * 1000)::BIGINT AS ms
+                         ),
+                         picked AS (
+                             SELECT message_id FROM outbox, now
+                             WHERE claimed_until IS NULL OR claimed_until < now.ms
+                             ORDER BY message_id LIMIT $1
+                             FOR UPDATE OF outbox SKIP LOCKED
                          )
-                         UPDATE outbox SET claimed_until = $3 FROM picked
+                         UPDATE outbox SET claimed_until = now.ms + $2
+                         FROM picked, now
                          WHERE outbox.message_id = picked.message_id
                          RETURNING {}",
                         qualified(OUTBOX_COLUMNS)
                     );
                     sqlx::query_as(sqlx::AssertSqlSafe(sql))
-                        .bind(now)
                         .bind(limit)
-                        .bind(now.saturating_add(claim_ms))
+                        .bind(claim_ms)
                         .fetch_all(&mut **tx)
                         .await
                 })
