@@ -212,3 +212,18 @@ pub(crate) fn lock_key(space: &str, name: &str) -> i64 {
     first.copy_from_slice(&digest[..8]);
     i64::from_be_bytes(first)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::lock_key;
+
+    #[test]
+    fn lock_keys_are_the_same_everywhere_and_apart_by_space() {
+        // Pinned: replicas of different versions must lock the same session with the same key.
+        assert_eq!(lock_key("session", "telegram:dm:42"), PINNED);
+        assert_ne!(lock_key("session", "telegram:poller"), lock_key("claim", "telegram:poller"));
+        assert_ne!(lock_key("session", "a:b"), lock_key("session:a", "b"));
+    }
+
+    const PINNED: i64 = 7_429_668_784_283_215_881;
+}
