@@ -70,5 +70,9 @@ CREATE TABLE outbox (
     chat_kind   TEXT NOT NULL,
     reply_to    TEXT,
     text        TEXT NOT NULL,
-    created_at  BIGINT NOT NULL
+    created_at  BIGINT NOT NULL,
+    -- until when (Unix ms) one replica is sending it; NULL or past: any live replica may claim it
+    claimed_until BIGINT
 );
+
+CREATE INDEX outbox_by_session ON outbox (session_id);

@@ -31,8 +31,9 @@ pub struct QueuedInbound {
     pub content: String,
 }
 
+/// A row of `inbound_queue`, on either backend.
 #[derive(sqlx::FromRow)]
-struct QueueRow {
+pub(crate) struct QueueRow {
     seq: i64,
     platform: String,
     message_id: String,
@@ -65,6 +66,10 @@ impl TryFrom<QueueRow> for QueuedInbound {
 fn decode(e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
     StoreError::Sqlx(sqlx::Error::Decode(Box::new(e)))
 }
+
+/// The columns [`QueueRow`] reads.
+pub(crate) const QUEUE_COLUMNS: &str = "seq, platform, message_id, session_key, chat_id, thread_id, \
+    chat_kind, user_id, user_name, content";
 
 impl Lite {
     /// A platform's saved position (for example the Telegram update offset).

@@ -21,9 +21,10 @@ pub struct Undelivered {
     pub created_at: i64,
 }
 
+/// A row of `outbox`, on either backend.
 #[derive(sqlx::FromRow)]
-struct OutboxRow {
-    message_id: i64,
+pub(crate) struct OutboxRow {
+    pub(crate) message_id: i64,
     session_id: String,
     platform: String,
     chat_id: String,
@@ -49,22 +50,28 @@ impl Lite {
         )
         .fetch_all(&self.inner.pool)
         .await?;
-        rows.into_iter()
-            .map(|row| {
-                let platform: Platform = row
-                    .platform
-                    .parse()
-                    .map_err(|e| StoreError::Sqlx(sqlx::Error::Decode(Box::new(e))))?;
-                let kind = ChatKind::from_stored(&row.chat_kind);
-                let chat = ChatRef { platform, id: row.chat_id, kind, thread: row.thread_id };
-                Ok(Undelivered {
-                    message_id: row.message_id,
-                    session_id: row.session_id,
-                    delivery: Delivery { chat, reply_to: row.reply_to, text: row.text },
-                    created_at: row.created_at,
-                })
-            })
-            .collect()
+        rows.into_iter().map(Undelivered::try_from).collect()
+    }
+}
+
+/// The columns [`OutboxRow`] reads.
+pub(crate) const OUTBOX_COLUMNS: &str =
+    "message_id, session_id, platform, chat_id, thread_id, chat_kind, reply_to, text, created_at";
+
+impl TryFrom<OutboxRow> for Undelivered {
+    type Error = StoreError;
+
+    fn try_from(row: OutboxRow) -> Result<Self, StoreError> {
+        let platform: Platform =
+            row.platform.parse().map_err(|e| StoreError::Sqlx(sqlx::Error::Decode(Box::new(e))))?;
+        let kind = ChatKind::from_stored(&row.chat_kind);
+        let chat = ChatRef { platform, id: row.chat_id, kind, thread: row.thread_id };
+        Ok(Undelivered {
+            message_id: row.message_id,
+            session_id: row.session_id,
+            delivery: Delivery { chat, reply_to: row.reply_to, text: row.text },
+            created_at: row.created_at,
+        })
     }
 }
 

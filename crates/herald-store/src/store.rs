@@ -15,6 +15,7 @@ use crate::open::{Lite, StoreOptions};
 use crate::outbox::Undelivered;
 use crate::pairing::{ApproveError, ApprovedUser, NewPairing, PairingIssue, PairingRequest};
 use crate::pg::Pg;
+use crate::replica::SessionLock;
 use crate::search::{SearchHit, SearchQuery};
 use crate::sessions::{NewSession, Session, SessionFilter};
 use crate::stats::{Health, Stats};
@@ -215,6 +216,11 @@ pass_on! {
     fn queued_inbound(&self) -> Result<Vec<QueuedInbound>, StoreError>;
     /// Open routed sessions whose last message is a user's, not yet answered.
     fn unanswered_sessions(&self) -> Result<Vec<Session>, StoreError>;
+    /// What is queued for one session key, in queue order.
+    fn queued_for(&self, session_key: &str) -> Result<Vec<QueuedInbound>, StoreError>;
+    /// Every session key with queued messages, the one waiting longest first: what the
+    /// replicas' sweep looks at.
+    fn queued_keys(&self) -> Result<Vec<String>, StoreError>;
     /// Removes the last user message and everything after it; returns how many went.
     fn undo_last_exchange(&self, session_id: &str) -> Result<u64, StoreError>;
     /// Removes the last answer so the last user message is answered again; returns its text.
@@ -266,6 +272,18 @@ pass_on! {
     fn delivered(&self, message_id: i64) -> Result<(), StoreError>;
     /// Replies stored but not yet taken by their platform, oldest first.
     fn undelivered(&self) -> Result<Vec<Undelivered>, StoreError>;
+    /// Claims up to `limit` undelivered replies, oldest first, that no sender holds, for
+    /// `claim_for`: each reply is handed to one replica, and to another only once that claim
+    /// has expired (its sender died). [`Store::delivered`] takes a reply out for good.
+    fn claim_undelivered(&self, limit: i64, claim_for: Duration) -> Result<Vec<Undelivered>, StoreError>;
+
+    /// Locks a session key for one agent run across replicas; `None` at once when another
+    /// holder has it (never waits). Dropping the lock lets it go; on PostgreSQL it also goes
+    /// with its holder's connection, and [`SessionLock::lost`] says so.
+    fn lock_session(&self, key: &str) -> Result<Option<SessionLock>, StoreError>;
+    /// Claims an adapter's name (`telegram:poller`, a Discord shard) for this replica, as
+    /// [`Store::lock_session`] locks a session, with names apart from session keys.
+    fn try_claim(&self, name: &str) -> Result<Option<SessionLock>, StoreError>;
 
     /// Issues (or repeats) a pairing code for an unknown user.
     fn request_pairing(&self, new: &NewPairing<'_>) -> Result<PairingIssue, StoreError>;

@@ -10,8 +10,12 @@ mod copy;
 mod gateway;
 mod handover;
 mod lineage;
+mod locks;
 mod messages;
 mod open;
+mod outbox;
+mod pairing;
+mod replica;
 mod search;
 mod sessions;
 mod write;
@@ -24,6 +28,7 @@ use sqlx::PgPool;
 
 use crate::health::{WriteFailing, WriteHealth};
 
+pub(crate) use locks::{Held, lock_key};
 pub(crate) use open::redact;
 
 /// The PostgreSQL backend. Cheap to clone; every clone shares one pool.
@@ -40,6 +45,8 @@ pub(crate) struct Inner {
     pub(crate) write_patience: Duration,
     pub(crate) busy_retries: AtomicU64,
     pub(crate) write_health: WriteHealth,
+    /// The session locks, on a connection of their own.
+    pub(crate) locks: locks::Locks,
 }
 
 impl Pg {
@@ -62,6 +69,7 @@ impl Pg {
 
     /// Closes every connection; what was committed is the database's.
     pub(crate) async fn close(&self) {
+        self.inner.locks.close();
         self.inner.pool.close().await;
     }
 

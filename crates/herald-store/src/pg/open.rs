@@ -72,6 +72,8 @@ impl Pg {
         migrate(&mut conn, &location).await?;
         drop(conn);
 
+        // Named apart, so an operator (or a test) can tell the connection holding the locks.
+        let locks = super::locks::Locks::new(connect.clone().application_name("herald-locks"));
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections.max(2))
             .min_connections(1)
@@ -86,6 +88,7 @@ impl Pg {
                 write_patience: options.write_patience,
                 busy_retries: AtomicU64::new(0),
                 write_health: WriteHealth::default(),
+                locks,
             }),
         })
     }

@@ -2,11 +2,13 @@ use std::collections::HashSet;
 
 use herald_core::{ChatKind, ChatRef, Platform, Role, UserRef};
 use herald_store::{
-    Appended, Delivery, NewMessage, NewSession, QueuedInbound, SearchQuery, Session, Store,
-    StoreError,
+    Appended, ApproveError, Delivery, NewMessage, NewSession, PairingIssue, QueuedInbound,
+    SearchQuery, Session, Store, StoreError,
 };
 
-use crate::{fresh, open, session_for, turn};
+use herald_store::scratch::{Kind, Scratch};
+
+use crate::{fresh_on, reopen, session_for, turn};
 
 /// The session a chat key is routed to, created when there is none.
 async fn routed(store: &Store, key: &str) -> Session {
@@ -29,9 +31,14 @@ async fn found(store: &Store, text: &str) -> Vec<String> {
     hits.into_iter().map(|h| h.snippet).collect()
 }
 
-#[tokio::test]
-async fn cursors_are_kept_per_platform_and_name_across_restarts() {
-    let (store, dir) = fresh().await;
+/// Another fresh store on the backend of `scratch`.
+async fn fresh_like(scratch: &Scratch) -> (Store, Scratch) {
+    let kind = if scratch.options.postgres.is_some() { Kind::Postgres } else { Kind::Sqlite };
+    fresh_on(kind).await
+}
+
+both! {
+async fn cursors_are_kept_per_platform_and_name_across_restarts(store, scratch) {
     assert_eq!(store.cursor(Platform::Telegram, "offset").await.unwrap(), None);
     store.set_cursor(Platform::Telegram, "offset", "100").await.unwrap();
     assert_eq!(store.cursor(Platform::Telegram, "offset").await.unwrap().as_deref(), Some("100"));
@@ -40,7 +47,7 @@ async fn cursors_are_kept_per_platform_and_name_across_restarts() {
     store.set_cursor(Platform::Discord, "offset", "d").await.unwrap();
     store.close().await;
 
-    let store = open(&dir.path().join("state.db")).await;
+    let store = reopen(&scratch).await;
     let table = [
         (Platform::Telegram, "offset", Some("101")),
         (Platform::Telegram, "backlog", Some("b")),
@@ -54,9 +61,7 @@ async fn cursors_are_kept_per_platform_and_name_across_restarts() {
     }
 }
 
-#[tokio::test]
-async fn queued_messages_keep_arrival_order_and_who_wrote_them_across_restarts() {
-    let (store, dir) = fresh().await;
+async fn queued_messages_keep_arrival_order_and_who_wrote_them_across_restarts(store, scratch) {
     let dm = routed(&store, "telegram:dm:42").await;
     let group = routed(&store, "telegram:group:-7:topic:3").await;
     let dm_chat = ChatRef::direct(Platform::Telegram, "42");
@@ -92,15 +97,13 @@ async fn queued_messages_keep_arrival_order_and_who_wrote_them_across_restarts()
     assert_eq!(store.queued_inbound().await.unwrap(), expected);
     store.close().await;
 
-    let store = open(&dir.path().join("state.db")).await;
+    let store = reopen(&scratch).await;
     assert_eq!(store.queued_inbound().await.unwrap(), expected);
     // queued, not answered: nothing is in the histories yet
     assert!(store.history(&dm.id).await.unwrap().is_empty());
 }
 
-#[tokio::test]
-async fn a_redelivered_message_is_queued_once() {
-    let (store, _dir) = fresh().await;
+async fn a_redelivered_message_is_queued_once(store, scratch) {
     let s = routed(&store, "telegram:dm:42").await;
     assert!(queue(&store, &s, "1", "hello").await.is_some());
     assert_eq!(queue(&store, &s, "1", "hello").await, None);
@@ -128,9 +131,7 @@ async fn a_redelivered_message_is_queued_once() {
     assert_eq!(store.history(&s.id).await.unwrap().len(), 1);
 }
 
-#[tokio::test]
-async fn taking_queued_messages_appends_them_in_the_given_order_once() {
-    let (store, dir) = fresh().await;
+async fn taking_queued_messages_appends_them_in_the_given_order_once(store, scratch) {
     let s = routed(&store, "telegram:dm:42").await;
     store.append_messages(&s.id, turn(1)).await.unwrap();
     let a = queue(&store, &s, "21", "alpha").await.unwrap();
@@ -144,7 +145,7 @@ async fn taking_queued_messages_appends_them_in_the_given_order_once() {
     assert!(store.queued_inbound().await.unwrap().is_empty());
     store.close().await;
 
-    let store = open(&dir.path().join("state.db")).await;
+    let store = reopen(&scratch).await;
     let history = store.history(&s.id).await.unwrap();
     let tail: Vec<(Role, &str, Option<&str>)> = history[4..]
         .iter()
@@ -162,9 +163,7 @@ async fn taking_queued_messages_appends_them_in_the_given_order_once() {
     assert_eq!(queue(&store, &s, "21", "alpha").await, None);
 }
 
-#[tokio::test]
-async fn taking_into_a_missing_session_loses_nothing() {
-    let (store, _dir) = fresh().await;
+async fn taking_into_a_missing_session_loses_nothing(store, scratch) {
     let s = routed(&store, "telegram:dm:42").await;
     let seq = queue(&store, &s, "31", "keep me").await.unwrap();
     let taken = store.take_queued("no-such-session", &[seq]).await;
@@ -174,9 +173,7 @@ async fn taking_into_a_missing_session_loses_nothing() {
     assert_eq!(store.take_queued(&s.id, &[seq]).await.unwrap().len(), 1);
 }
 
-#[tokio::test]
-async fn only_open_routed_sessions_waiting_for_an_answer_are_unanswered() {
-    let (store, _dir) = fresh().await;
+async fn only_open_routed_sessions_waiting_for_an_answer_are_unanswered(store, scratch) {
     let waiting = routed(&store, "telegram:dm:1").await;
     store.append_messages(&waiting.id, turn(1)).await.unwrap();
     store.append_messages(&waiting.id, vec![NewMessage::user("still there?")]).await.unwrap();
@@ -214,11 +211,10 @@ async fn only_open_routed_sessions_waiting_for_an_answer_are_unanswered() {
     check(&listed, &[(&waiting, false)]);
 }
 
-#[tokio::test]
-async fn undo_drops_the_last_exchange_with_its_tool_calls() {
+async fn undo_drops_the_last_exchange_with_its_tool_calls(store, scratch) {
     // Removed text must leave search whether or not it was indexed before the undo.
     for indexed_first in [true, false] {
-        let (store, _dir) = fresh().await;
+        let (store, _scratch) = fresh_like(&scratch).await;
         let s = routed(&store, "telegram:dm:42").await;
         let bystander = routed(&store, "telegram:dm:43").await;
         store.append_messages(&bystander.id, turn(3)).await.unwrap();
@@ -256,9 +252,7 @@ async fn undo_drops_the_last_exchange_with_its_tool_calls() {
     }
 }
 
-#[tokio::test]
-async fn undo_without_a_user_message_removes_nothing() {
-    let (store, _dir) = fresh().await;
+async fn undo_without_a_user_message_removes_nothing(store, scratch) {
     let s = routed(&store, "telegram:dm:42").await;
     assert_eq!(store.undo_last_exchange(&s.id).await.unwrap(), 0);
     store.append_messages(&s.id, vec![NewMessage::assistant("welcome")]).await.unwrap();
@@ -267,9 +261,7 @@ async fn undo_without_a_user_message_removes_nothing() {
     assert_eq!(store.session(&s.id).await.unwrap().unwrap().message_count, 1);
 }
 
-#[tokio::test]
-async fn retry_keeps_the_question_and_drops_the_answer() {
-    let (store, _dir) = fresh().await;
+async fn retry_keeps_the_question_and_drops_the_answer(store, scratch) {
     let s = routed(&store, "telegram:dm:42").await;
     store.append_messages(&s.id, turn(1)).await.unwrap();
     store.append_messages(&s.id, turn(2)).await.unwrap();
@@ -296,9 +288,7 @@ async fn retry_keeps_the_question_and_drops_the_answer() {
     assert_eq!(store.history(&silent.id).await.unwrap().len(), 1);
 }
 
-#[tokio::test]
-async fn a_reply_stays_in_the_outbox_until_delivered_or_undone() {
-    let (store, dir) = fresh().await;
+async fn a_reply_stays_in_the_outbox_until_delivered_or_undone(store, scratch) {
     let session = routed(&store, "telegram:dm:42").await;
     let chat = ChatRef::direct(Platform::Telegram, "42");
     let delivery =
@@ -314,7 +304,7 @@ async fn a_reply_stays_in_the_outbox_until_delivered_or_undone() {
         .unwrap();
     store.close().await;
 
-    let store = open(&dir.path().join("state.db")).await;
+    let store = reopen(&scratch).await;
     let waiting = store.undelivered().await.unwrap();
     let texts: Vec<&str> = waiting.iter().map(|u| u.delivery.text.as_str()).collect();
     assert_eq!(texts, ["one", "two"]);
@@ -324,4 +314,68 @@ async fn a_reply_stays_in_the_outbox_until_delivered_or_undone() {
     // /undo takes the last exchange back, its undelivered reply with it.
     store.undo_last_exchange(&session.id).await.unwrap();
     assert!(store.undelivered().await.unwrap().is_empty());
+}
+}
+
+both! {
+async fn pairing_gives_one_code_per_user_up_to_the_platform_limit(store, scratch) {
+    let ask = |user: &'static str, code: &'static str| herald_store::NewPairing {
+        platform: Platform::Telegram,
+        code,
+        user_id: user,
+        display_name: Some("Ann"),
+        chat_id: user,
+        ttl_ms: 3_600_000,
+        max_pending: 2,
+    };
+    let first = store.request_pairing(&ask("1", "AAAAAAAA")).await.unwrap();
+    assert!(matches!(&first, PairingIssue::Issued(r) if r.code == "AAAAAAAA"), "{first:?}");
+    let again = store.request_pairing(&ask("1", "BBBBBBBB")).await.unwrap();
+    assert!(matches!(&again, PairingIssue::Pending(r) if r.code == "AAAAAAAA"), "{again:?}");
+    let second = store.request_pairing(&ask("2", "CCCCCCCC")).await.unwrap();
+    assert!(matches!(second, PairingIssue::Issued(_)), "{second:?}");
+    assert_eq!(store.request_pairing(&ask("3", "DDDDDDDD")).await.unwrap(), PairingIssue::Full);
+    let pending = store.pairing_requests().await.unwrap();
+    let users: Vec<&str> = pending.iter().map(|p| p.user_id.as_str()).collect();
+    assert_eq!(users, ["1", "2"]);
+
+    assert!(!store.is_approved(Platform::Telegram, "1").await.unwrap());
+    let approved = store.approve_pairing(Platform::Telegram, " aaaaaaaa ").await.unwrap().unwrap();
+    assert_eq!((approved.user_id.as_str(), approved.display_name.as_deref()), ("1", Some("Ann")));
+    assert!(store.is_approved(Platform::Telegram, "1").await.unwrap());
+    assert!(!store.is_approved(Platform::Discord, "1").await.unwrap());
+    let used = store.approve_pairing(Platform::Telegram, "AAAAAAAA").await.unwrap();
+    assert_eq!(used, Err(ApproveError::Unknown("AAAAAAAA".into())));
+    let freed = store.request_pairing(&ask("3", "DDDDDDDD")).await.unwrap();
+    assert!(matches!(freed, PairingIssue::Issued(_)), "an approval frees its place: {freed:?}");
+    store.close().await;
+
+    let store = reopen(&scratch).await;
+    let users = store.approved_users().await.unwrap();
+    assert_eq!(users.iter().map(|u| u.user_id.as_str()).collect::<Vec<_>>(), ["1"]);
+    assert!(store.revoke_user(Platform::Telegram, "1").await.unwrap());
+    assert!(!store.revoke_user(Platform::Telegram, "1").await.unwrap());
+    assert!(!store.is_approved(Platform::Telegram, "1").await.unwrap());
+}
+
+async fn an_expired_code_is_refused_and_forgotten(store, scratch) {
+    let ask = |user: &'static str, code: &'static str, ttl_ms| herald_store::NewPairing {
+        platform: Platform::Slack,
+        code,
+        user_id: user,
+        display_name: None,
+        chat_id: user,
+        ttl_ms,
+        max_pending: 1,
+    };
+    store.request_pairing(&ask("1", "EEEEEEEE", -1)).await.unwrap();
+    assert!(store.pairing_requests().await.unwrap().is_empty());
+    let late = store.approve_pairing(Platform::Slack, "EEEEEEEE").await.unwrap();
+    assert_eq!(late, Err(ApproveError::Expired("EEEEEEEE".into())));
+    assert!(!store.is_approved(Platform::Slack, "1").await.unwrap());
+    // the expired code took no place
+    store.request_pairing(&ask("2", "FFFFFFFF", -1)).await.unwrap();
+    let next = store.request_pairing(&ask("3", "GGGGGGGG", 60_000)).await.unwrap();
+    assert!(matches!(next, PairingIssue::Issued(_)), "{next:?}");
+}
 }

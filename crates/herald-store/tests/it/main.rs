@@ -40,6 +40,7 @@ mod files;
 mod gateway;
 mod history;
 mod lineage;
+mod replicas;
 mod schema;
 mod search;
 mod sessions;

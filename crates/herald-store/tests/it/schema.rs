@@ -1,3 +1,4 @@
+use herald_store::scratch::{Kind, Scratch};
 use herald_store::{Store, StoreError, StoreOptions};
 use sqlx::{Connection, SqliteConnection};
 
@@ -57,4 +58,35 @@ async fn a_wal_database_stays_wal() {
     let store = crate::open(&dir.path().join("state.db")).await;
     assert!(store.is_wal());
     assert_eq!(store.health().await.unwrap().journal_mode, "wal");
+}
+
+#[tokio::test]
+async fn a_newer_postgres_database_is_refused_and_left_alone() {
+    let scratch = Scratch::new(Kind::Postgres).await;
+    Store::open(scratch.options.clone()).await.unwrap().close().await;
+    let mut conn = crate::replicas::connect(&scratch).await;
+    let future: i64 = sqlx::query_scalar("SELECT max(version) + 1 FROM _sqlx_migrations")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time)
+         VALUES ($1, 'from the future', true, '\\x00', 0)",
+    )
+    .bind(future)
+    .execute(&mut conn)
+    .await
+    .unwrap();
+
+    let err = Store::open(scratch.options.clone()).await.unwrap_err();
+    assert!(matches!(err, StoreError::NewerSchema { found, .. } if found == future), "{err:?}");
+    let message = err.to_string();
+    assert!(message.contains("newer") && message.contains("upgrade herald"), "{message}");
+    assert!(!message.contains('\n') && !message.contains("password"), "{message}");
+    // left alone: still there, still newer
+    let recorded: i64 = sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(recorded, future);
 }
