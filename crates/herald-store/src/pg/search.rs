@@ -69,7 +69,8 @@ impl Pg {
             items,
             |_, prefix| {
                 let phrase = phrases.next().unwrap_or_default();
-                match (phrase.is_empty(), prefix) {
+                // A phrase's words are a chain of quoted lexemes: the last one takes the `:*`.
+                match (phrase.is_empty(), prefix && phrase.ends_with('\'')) {
                     (true, _) => format!("({NOTHING})"),
                     (false, true) => format!("({phrase}:*)"),
                     (false, false) => format!("({phrase})"),
@@ -137,7 +138,7 @@ impl Pg {
             items,
             |text, _| {
                 words.push(text.to_owned());
-                format!("m.content ILIKE ${}", 5 + words.len())
+                format!("m.content ILIKE ($6::text[])[{}]", words.len())
             },
             |op| match op {
                 Op::And => " AND ",
@@ -145,7 +146,7 @@ impl Pg {
                 Op::Not => " AND NOT ",
             },
         );
-        // The condition holds only placeholders; the words are bound.
+        // The condition only points into the bound array of patterns, however many words.
         let sql = format!(
             "SELECT m.id AS message_id, s.id AS session_id, s.source, s.title, m.role,
                     m.created_at, m.content AS snippet, 0.0::float8 AS rank
@@ -155,16 +156,16 @@ impl Pg {
                AND ($3::text IS NULL OR s.user_id = $3) AND ($4::text IS NULL OR s.id = $4)
              ORDER BY m.id DESC LIMIT $5"
         );
-        let mut q = sqlx::query_as::<_, SearchHit>(sqlx::AssertSqlSafe(sql))
+        let patterns: Vec<String> = words.iter().map(|w| format!("%{}%", escape_like(w))).collect();
+        let mut hits = sqlx::query_as::<_, SearchHit>(sqlx::AssertSqlSafe(sql))
             .bind(query.source.map(Platform::as_str))
             .bind(query.role.map(Role::as_str))
             .bind(query.user_id.as_deref())
             .bind(query.session_id.as_deref())
-            .bind(i64::from(query.limit));
-        for word in &words {
-            q = q.bind(format!("%{}%", escape_like(word)));
-        }
-        let mut hits = q.fetch_all(&self.inner.pool).await?;
+            .bind(i64::from(query.limit))
+            .bind(&patterns)
+            .fetch_all(&self.inner.pool)
+            .await?;
         for hit in &mut hits {
             hit.snippet = crate::search::literal_snippet(&hit.snippet, &words, query);
         }
@@ -376,8 +377,11 @@ mod tests {
             "½",
             "%_\\",
         ];
-        for text in cases {
-            runtime.block_on(pg.search(&SearchQuery::new(text))).unwrap();
+        let long =
+            ["x ".repeat(3000), "记忆 OR ".repeat(1000), "(\"a".repeat(1000), "é*".repeat(2000)];
+        for text in cases.into_iter().chain(long.iter().map(String::as_str)) {
+            let result = runtime.block_on(pg.search(&SearchQuery::new(text)));
+            assert!(result.is_ok(), "{:?}: {result:?}", text.get(..40).unwrap_or(text));
         }
         let config = ProptestConfig { cases: 256, ..ProptestConfig::default() };
         let mut runner = proptest::test_runner::TestRunner::new(config);
