@@ -15,9 +15,10 @@ ALTER TEXT SEARCH CONFIGURATION herald
 -- ASCII punctuation separates words, as in unicode61: without it the parser would keep
 -- `chat-send`, `v2.1`, hosts and paths whole. Ranges by code point, so no locale decides.
 -- The same function makes the words of queries (see pg/search.rs).
+-- (A quoted body rather than RETURN: PostgreSQL before 14 has generated columns but not that.)
 CREATE FUNCTION herald_words(t text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT
-    RETURN regexp_replace(t, '[\x01-\x2F\x3A-\x40\x5B-\x60\x7B-\x7F]+', ' ', 'g');
+    AS $$ SELECT regexp_replace(t, '[\x01-\x2F\x3A-\x40\x5B-\x60\x7B-\x7F]+', ' ', 'g') $$;
 
 -- A tsvector holds at most 1 MB: the text is indexed up to a length whose words cannot
 -- reach it, so that no message is ever refused for its size.
