@@ -13,7 +13,8 @@ mod query;
 mod rank;
 
 pub use query::sanitize_query;
-use query::{Item, items, literal_condition, render_fts};
+pub(crate) use query::{Item, Op, items, join};
+use query::{literal_condition, render_fts};
 
 /// What to search for, and where.
 #[derive(Debug, Clone)]
@@ -77,7 +78,7 @@ pub struct SearchHit {
 
 /// How many of the newest matches are ranked: BM25 over every match of a common word in a big
 /// store is slow, and in a chat history the best hits are almost always among the recent ones.
-const RANK_WINDOW: i64 = 2000;
+pub(crate) const RANK_WINDOW: i64 = 2000;
 
 /// The word index's columns that hold the text of a role's messages.
 fn role_columns(role: Role) -> &'static str {
@@ -370,7 +371,7 @@ fn in_rank_order(mut found: Vec<SearchHit>, ranked: Vec<(i64, f64)>) -> Vec<Sear
 }
 
 /// A snippet around the first literal hit, hits marked.
-fn literal_snippet(content: &str, words: &[String], query: &SearchQuery) -> String {
+pub(crate) fn literal_snippet(content: &str, words: &[String], query: &SearchQuery) -> String {
     let first = words.iter().filter_map(|w| content.find(w.as_str())).min().unwrap_or(0);
     let start = content[..first].char_indices().rev().nth(15).map_or(0, |(i, _)| i);
     let end = content[first..].char_indices().nth(48).map_or(content.len(), |(i, _)| first + i);

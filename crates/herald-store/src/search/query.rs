@@ -5,7 +5,7 @@ use super::FILTER_MARK;
 
 /// An operator between two terms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Op {
+pub(crate) enum Op {
     And,
     Or,
     Not,
@@ -13,7 +13,7 @@ pub(super) enum Op {
 
 /// A piece of typed text: a phrase to look up (its last word a prefix or not), or an operator.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) enum Item {
+pub(crate) enum Item {
     Phrase { text: String, prefix: bool },
     Op(Op),
 }
@@ -30,7 +30,7 @@ pub fn sanitize_query(input: &str) -> Option<String> {
 }
 
 /// Joins phrases with their operators, dropping operators that have no term on either side.
-pub(super) fn join(
+pub(crate) fn join(
     items: &[Item],
     mut term: impl FnMut(&str, bool) -> String,
     op: fn(Op) -> &'static str,
@@ -91,7 +91,7 @@ pub(super) fn literal_condition(items: &[Item]) -> (String, Vec<String>) {
 }
 
 /// Splits typed text into phrases and operators.
-pub(super) fn items(input: &str) -> Vec<Item> {
+pub(crate) fn items(input: &str) -> Vec<Item> {
     let mut items = Vec::new();
     let mut chars = input.chars().map(|c| if c == FILTER_MARK { ' ' } else { c }).peekable();
     while let Some(&c) = chars.peek() {

@@ -2,11 +2,10 @@ use herald_core::{Platform, Role};
 use herald_store::{NewMessage, SearchHit, SearchQuery, Store};
 use proptest::prelude::*;
 
-use crate::{fresh, session_for};
+use crate::{reopen, session_for};
 
-/// A store with a few conversations worth searching.
-async fn corpus() -> (Store, tempfile::TempDir) {
-    let (store, dir) = fresh().await;
+/// A few conversations worth searching, in `store`.
+async fn corpus(store: &Store) {
     let alice = store.create_session(&session_for(Platform::Telegram, "alice")).await.unwrap();
     let bob = store.create_session(&session_for(Platform::Slack, "bob")).await.unwrap();
     let messages = |texts: &[&str]| texts.iter().map(|t| NewMessage::user(*t)).collect();
@@ -36,16 +35,15 @@ async fn corpus() -> (Store, tempfile::TempDir) {
         )
         .await
         .unwrap();
-    (store, dir)
 }
 
 async fn search(store: &Store, text: &str) -> Vec<SearchHit> {
     store.search(&SearchQuery::new(text)).await.unwrap_or_else(|e| panic!("{text:?}: {e}"))
 }
 
-#[tokio::test]
-async fn hostile_input_never_errors() {
-    let (store, _dir) = corpus().await;
+both! {
+async fn hostile_input_never_errors(store, scratch) {
+    corpus(&store).await;
     // (input, how many hits)
     let table: &[(&str, usize)] = &[
         ("TODO: fix", 1),
@@ -103,10 +101,11 @@ async fn hostile_input_never_errors() {
     // The index survived all of that.
     assert_eq!(search(&store, "router").await.len(), 3);
 }
+}
 
-#[tokio::test]
-async fn hits_are_ranked_and_marked() {
-    let (store, _dir) = corpus().await;
+both! {
+async fn hits_are_ranked_and_marked(store, scratch) {
+    corpus(&store).await;
     let hits = search(&store, "router").await;
     assert_eq!(hits.len(), 3);
     // BM25: the message that says "router" three times ranks first.
@@ -115,10 +114,11 @@ async fn hits_are_ranked_and_marked() {
     assert_eq!(hits[0].source, Platform::Slack);
     assert!(hits[1].snippet.contains("**router**"));
 }
+}
 
-#[tokio::test]
-async fn filters_narrow_the_hits() {
-    let (store, _dir) = corpus().await;
+both! {
+async fn filters_narrow_the_hits(store, scratch) {
+    corpus(&store).await;
     let query = |f: fn(&mut SearchQuery)| {
         let mut q = SearchQuery::new("v2.1");
         f(&mut q);
@@ -152,10 +152,11 @@ async fn filters_narrow_the_hits() {
     by_name.source = Some(Platform::Telegram);
     assert!(store.search(&by_name).await.unwrap().is_empty());
 }
+}
 
-#[tokio::test]
-async fn a_session_filter_and_deletes_keep_the_filters_exact() {
-    let (store, _dir) = corpus().await;
+both! {
+async fn a_session_filter_and_deletes_keep_the_filters_exact(store, scratch) {
+    corpus(&store).await;
     let router = search(&store, "router").await;
     let slack = router.iter().find(|h| h.source == Platform::Slack).unwrap().session_id.clone();
     let mut in_session = SearchQuery::new("router");
@@ -185,10 +186,11 @@ async fn a_session_filter_and_deletes_keep_the_filters_exact() {
     let health = store.health().await.unwrap();
     assert!(health.search_index_ok, "{health:?}");
 }
+}
 
-#[tokio::test]
-async fn prefixes_find_every_word_they_start() {
-    let (store, _dir) = corpus().await;
+both! {
+async fn prefixes_find_every_word_they_start(store, scratch) {
+    corpus(&store).await;
     let s = store.create_session(&session_for(Platform::Cli, "erin")).await.unwrap();
     store
         .append_messages(
@@ -231,27 +233,32 @@ async fn prefixes_find_every_word_they_start() {
     let marked = hits.iter().find(|h| h.snippet.contains("**Deployed**")).expect("Deployed");
     assert!(marked.snippet.contains("**DEPLOYER**"), "{:?}", marked.snippet);
 }
+}
 
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
-
-    #[test]
-    fn arbitrary_text_never_errors(text in any::<String>(), typed in "[ a-zA-Z0-9\"():*^.-]{0,40}") {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        runtime.block_on(async {
-            let (store, _dir) = corpus().await;
+both! {
+async fn arbitrary_text_never_errors(store, scratch) {
+    corpus(&store).await;
+    // One store for every case: searching changes nothing a later case could trip on.
+    let config = ProptestConfig { cases: 256, ..ProptestConfig::default() };
+    let mut runner = proptest::test_runner::TestRunner::new(config);
+    let inputs = (any::<String>(), "[ a-zA-Z0-9\"():*^.-]{0,40}");
+    let runtime = tokio::runtime::Handle::current();
+    tokio::task::block_in_place(|| {
+        runner.run(&inputs, |(text, typed)| {
             for input in [&text, &typed] {
-                let result = store.search(&SearchQuery::new(input.as_str())).await;
+                let result = runtime.block_on(store.search(&SearchQuery::new(input.as_str())));
                 prop_assert!(result.is_ok(), "{:?}: {:?}", input, result);
             }
             Ok(())
-        })?;
-    }
+        })
+    })
+    .unwrap();
+}
 }
 
-#[tokio::test]
-async fn deferred_indexing_catches_up_and_stays_consistent() {
-    let (store, dir) = corpus().await;
+both! {
+async fn deferred_indexing_catches_up_and_stays_consistent(store, scratch) {
+    corpus(&store).await;
     let s = store.create_session(&session_for(Platform::Cli, "carol")).await.unwrap();
     let ids = store
         .append_messages(&s.id, vec![NewMessage::user("zebra crossing 斑马线测试")])
@@ -286,7 +293,8 @@ async fn deferred_indexing_catches_up_and_stays_consistent() {
         .await
         .unwrap();
     store.close().await;
-    let reopened = crate::open(&dir.path().join("state.db")).await;
+    let reopened = reopen(&scratch).await;
     assert_eq!(reopened.unindexed().await.unwrap(), 0, "close indexes what is pending");
     assert!(reopened.health().await.unwrap().search_index_ok);
+}
 }
