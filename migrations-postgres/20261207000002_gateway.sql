@@ -71,8 +71,10 @@ CREATE TABLE outbox (
     reply_to    TEXT,
     text        TEXT NOT NULL,
     created_at  BIGINT NOT NULL,
-    -- until when (Unix ms) one replica is sending it; NULL or past: any live replica may claim it
-    claimed_until BIGINT
+    -- until when (Unix ms, the database's clock) one replica is sending it; NULL or past: any
+    -- live replica may claim it. A reply is born claimed by the replica that stored it, which
+    -- renews the claim while it tries, so a sweep takes over only what a dead replica left.
+    claimed_until BIGINT DEFAULT ((extract(epoch FROM clock_timestamp()) * 1000)::BIGINT + 10000)
 );
 
 CREATE INDEX outbox_by_session ON outbox (session_id);

@@ -71,7 +71,10 @@ pub async fn run(args: StormArgs) -> anyhow::Result<Outcome> {
     }
     let sqlite = storm(&args, &args.store.sqlite_place("storm.db")?).await?;
     let postgres = storm(&args, &args.store.place(None, "storm.db").await?).await?;
-    Ok(Outcome { line: format!("{}\n{}", sqlite.line, postgres.line), ok: sqlite.ok && postgres.ok })
+    Ok(Outcome {
+        line: format!("{}\n{}", sqlite.line, postgres.line),
+        ok: sqlite.ok && postgres.ok,
+    })
 }
 
 /// One storm on the store at `place`.

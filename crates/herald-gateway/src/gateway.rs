@@ -23,12 +23,15 @@ use crate::link::{Link, PlatformState, PlatformStates};
 use crate::liveness::{BEATS_WAITING, Beat, Heartbeat, Started};
 use crate::metrics::Metrics;
 use crate::outbox::{Backlog, Outbox};
+use crate::replicas::{self, Found, StoreClaims};
 use crate::router::{Event, Router};
 use crate::settings::GatewaySettings;
 use crate::shared::Shared;
 
 /// Outbound requests an adapter may have waiting.
 const OUTBOUND_QUEUE: usize = 1024;
+/// Work found by the replicas' sweep that may wait for the router.
+const FOUND_WAITING: usize = 1024;
 /// How long adapters get to deliver the last replies after the drain.
 const ADAPTER_FLUSH: Duration = Duration::from_secs(10);
 
@@ -54,6 +57,11 @@ pub struct Gateway<P> {
 impl<P: Provider + 'static> Gateway<P> {
     /// A gateway over this store, answering with this provider and these tools.
     pub fn new(store: Store, provider: P, tools: ToolRegistry, settings: GatewaySettings) -> Self {
+        // Replicas sharing a store take turns through it; alone, everything is ours.
+        let claims = match store.is_shared() {
+            true => Claims::new(StoreClaims { store: store.clone() }),
+            false => Claims::solo(),
+        };
         Gateway {
             store,
             provider,
@@ -68,7 +76,7 @@ impl<P: Provider + 'static> Gateway<P> {
             beats: mpsc::channel(BEATS_WAITING),
             started: Started::default(),
             backlog: Backlog::default(),
-            claims: Claims::solo(),
+            claims,
         }
     }
 
@@ -171,6 +179,13 @@ impl<P: Provider + 'static> Gateway<P> {
         let (cursors, cursor_saver) = Cursors::start(store.clone());
         let mut router = Router::new(shared, states, cursors.clone(), idle_tx);
         router.recover().await;
+        let (found_tx, mut found_rx) = mpsc::channel(FOUND_WAITING);
+        let stop_watch = CancellationToken::new();
+        if store.is_shared() {
+            let watch =
+                replicas::watch(store.clone(), outbox.clone(), found_tx, stop_watch.clone());
+            tokio::spawn(watch);
+        }
         info!("gateway running");
         started.0.cancel();
         tokio::pin!(shutdown);
@@ -189,6 +204,10 @@ impl<P: Provider + 'static> Gateway<P> {
                     router.on_event(platform, event).await;
                 }
                 Some(idle) = idle_rx.recv() => router.on_idle(idle),
+                Some(found) = found_rx.recv() => match found {
+                    Found::Queued(key) => router.on_queued(key).await,
+                    Found::Unanswered(session) => router.on_unanswered(*session).await,
+                },
             }
             metrics.set_active_sessions(router.workers.len());
         }
@@ -199,6 +218,7 @@ impl<P: Provider + 'static> Gateway<P> {
             "shutting down: finishing running turns"
         );
         stop_adapters.cancel();
+        stop_watch.cancel();
         router.workers.clear();
         metrics.set_active_sessions(0);
         router.tracker.close();

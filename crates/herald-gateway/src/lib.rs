@@ -21,6 +21,7 @@ mod liveness;
 mod metrics;
 mod outbox;
 pub mod pipeline;
+mod replicas;
 mod router;
 mod settings;
 mod shared;

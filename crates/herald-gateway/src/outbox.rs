@@ -233,6 +233,11 @@ impl Outbox {
         true
     }
 
+    /// The outbox entries of every reply waiting here (their claims are this replica's).
+    pub(crate) fn stored_ids(&self) -> Vec<i64> {
+        self.backlog.lines().values().flatten().filter_map(|p| p.outbox).collect()
+    }
+
     fn dispatch(&self, chat: String, wait_first: bool) {
         let outbox = self.clone();
         self.couriers.spawn(async move { outbox.courier(chat, wait_first).await });

@@ -71,8 +71,14 @@ impl<P: Provider + 'static> Router<P> {
     /// messages that were queued, in arrival order.
     pub(crate) async fn recover(&mut self) {
         // Replies stored before the last stop but never taken by their platform go first, in
-        // their sessions' lines: what the workers answer next is queued behind them.
-        match self.shared.store.undelivered().await {
+        // their sessions' lines: what the workers answer next is queued behind them. Replicas
+        // sharing a store claim such replies one by one instead (see replicas.rs): some of
+        // them are another live replica's, on their way out.
+        let replies = match self.shared.store.is_shared() {
+            true => Ok(Vec::new()),
+            false => self.shared.store.undelivered().await,
+        };
+        match replies {
             Ok(replies) => {
                 if !replies.is_empty() {
                     info!(
@@ -199,14 +205,28 @@ impl<P: Provider + 'static> Router<P> {
         inbound.ack.settle();
     }
 
-    /// Hands an input to its key's worker, spawning the worker when there is none.
+    /// Hands an input to its key's worker. With no worker, one is started once this process
+    /// holds the session's lock; when another replica holds it, a message is stored in the
+    /// session's queue for that replica to answer.
     async fn dispatch(&mut self, key: SessionKey, input: Input) {
         let mut input = input;
         for _ in 0..2 {
             let handle = match self.workers.get_mut(&key) {
                 Some(handle) => handle,
                 None => {
-                    let (chat, user) = input_origin(&input);
+                    let lock = match self.shared.store.lock_session(key.as_str()).await {
+                        Ok(Some(lock)) => lock,
+                        Ok(None) => return self.elsewhere(&key, input).await,
+                        Err(e) => {
+                            // Unsettled, a message is delivered again; the sweep comes back
+                            // for what waits in the store.
+                            warn!(key = %key, error = %e, "could not take the session's lock; its input waits");
+                            return;
+                        }
+                    };
+                    let Some((chat, user)) = self.input_origin(&key, &input).await else {
+                        return;
+                    };
                     let (inbox, inputs) = mpsc::channel(WORKER_INBOX);
                     let worker = Worker::new(
                         key.clone(),
@@ -214,6 +234,7 @@ impl<P: Provider + 'static> Router<P> {
                         self.idle.clone(),
                         chat,
                         user,
+                        lock,
                     );
                     self.tracker.spawn(worker.run(inputs));
                     self.workers.entry(key.clone()).or_insert(WorkerHandle { inbox, sent: 0 })
@@ -223,7 +244,7 @@ impl<P: Provider + 'static> Router<P> {
             match handle.inbox.send(input).await {
                 Ok(()) => return,
                 Err(mpsc::error::SendError(back)) => {
-                    warn!(key = %key, "a session worker had stopped; starting it again");
+                    debug!(key = %key, "a session worker had stopped; starting it again");
                     self.workers.remove(&key);
                     input = back;
                 }
@@ -231,19 +252,61 @@ impl<P: Provider + 'static> Router<P> {
         }
     }
 
+    /// Another replica runs this session: a message goes into the session's queue in the store
+    /// (whoever holds the session hears of it and answers it in order); anything else is
+    /// already that replica's to do.
+    async fn elsewhere(&mut self, key: &SessionKey, input: Input) {
+        let Input::Inbound(inbound, _) = input else { return };
+        let Inbound { id, chat, user, text, ack, .. } = inbound;
+        match self.shared.store.queue_inbound(key.as_str(), &id, &chat, &user, &text).await {
+            Ok(queued) => {
+                ack.settle();
+                debug!(key = %key, ?queued, "queued for the replica running the session");
+            }
+            Err(e) => {
+                warn!(key = %key, error = %e, "could not queue a message for another replica; it will be delivered again");
+            }
+        }
+    }
+
+    /// Which chat and user a new worker starts with: the input's, or for a pull the first
+    /// queued message's (`None` when nothing is queued any more).
+    async fn input_origin(&self, key: &SessionKey, input: &Input) -> Option<(ChatRef, UserRef)> {
+        match input {
+            Input::Inbound(inbound, _) => Some((inbound.chat.clone(), inbound.user.clone())),
+            Input::Queued(queued) => Some((queued.chat.clone(), queued.user.clone())),
+            Input::Resume(chat, user) => Some((chat.clone(), user.clone())),
+            Input::Pull => match self.shared.store.queued_for(key.as_str()).await {
+                Ok(queued) => queued.into_iter().next().map(|q| (q.chat, q.user)),
+                Err(e) => {
+                    warn!(key = %key, error = %e, "could not read a session's queue");
+                    None
+                }
+            },
+        }
+    }
+
+    /// Something waits in the store for `key` (another replica queued it, or its holder
+    /// died): the key's worker takes it in, started here when this replica gets the lock.
+    pub(crate) async fn on_queued(&mut self, key: SessionKey) {
+        self.dispatch(key, Input::Pull).await;
+    }
+
+    /// A session left unanswered (its replica died mid-turn): answered here if this replica
+    /// gets its lock.
+    pub(crate) async fn on_unanswered(&mut self, session: Session) {
+        let Some(((chat, user), key)) = resume_target(&session) else { return };
+        if self.workers.contains_key(&key) || !self.shared.links.contains_key(&chat.platform) {
+            return;
+        }
+        self.dispatch(key, Input::Resume(chat, user)).await;
+    }
+
     /// Drops an idle worker, unless something was sent to it after it said so.
     pub(crate) fn on_idle(&mut self, idle: Idle) {
         if self.workers.get(&idle.key).is_some_and(|h| h.sent == idle.received) {
             self.workers.remove(&idle.key);
         }
-    }
-}
-
-fn input_origin(input: &Input) -> (ChatRef, UserRef) {
-    match input {
-        Input::Inbound(inbound, _) => (inbound.chat.clone(), inbound.user.clone()),
-        Input::Queued(queued) => (queued.chat.clone(), queued.user.clone()),
-        Input::Resume(chat, user) => (chat.clone(), user.clone()),
     }
 }
 

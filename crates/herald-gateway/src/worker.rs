@@ -1,12 +1,12 @@
 //! One worker per active session key: messages of one conversation strictly in order, one
 //! agent run at a time, and a real FIFO for what arrives meanwhile.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 
 use herald_agent::Provider;
 use herald_core::{ChatRef, Inbound, Placement, SessionKey, UserRef};
-use herald_store::{Appended, NewMessage, QueuedInbound};
+use herald_store::{Appended, NewMessage, QueuedInbound, SessionLock};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -27,6 +27,9 @@ pub(crate) enum Input {
     Queued(QueuedInbound),
     /// The session's last message was left unanswered by a restart.
     Resume(ChatRef, UserRef),
+    /// Messages were queued in the store for this key (by another replica, or before a
+    /// restart): take them in.
+    Pull,
 }
 
 /// A worker saying it has been idle, having received `received` inputs in all.
@@ -58,6 +61,10 @@ pub(crate) struct Worker<P> {
     chat: ChatRef,
     user: UserRef,
     received: u64,
+    /// This key's session lock: no other replica runs the session while it is held.
+    lock: Option<SessionLock>,
+    /// Queue positions already taken into `queue`, so a pull takes each message once.
+    known: HashSet<i64>,
 }
 
 impl<P: Provider + 'static> Worker<P> {
@@ -67,6 +74,7 @@ impl<P: Provider + 'static> Worker<P> {
         idle: mpsc::Sender<Idle>,
         chat: ChatRef,
         user: UserRef,
+        lock: SessionLock,
     ) -> Self {
         Worker {
             key,
@@ -78,6 +86,8 @@ impl<P: Provider + 'static> Worker<P> {
             chat,
             user,
             received: 0,
+            lock: Some(lock),
+            known: HashSet::new(),
         }
     }
 
@@ -88,12 +98,19 @@ impl<P: Provider + 'static> Worker<P> {
         let mut turn: Option<JoinHandle<TurnEnd>> = None;
         let mut closed = false;
         let mut told_idle = false;
+        let mut lost = false;
+        // What waits in the store for this key goes first: it arrived before anything the
+        // router hands over from now on.
+        self.pull().await;
         loop {
             if turn.is_none() && !closed {
                 turn = self.start_next().await;
             }
             if closed && turn.is_none() {
-                self.finish_commands().await;
+                // Another replica may run the session now: what waits is its to do.
+                if !lost {
+                    self.finish_commands().await;
+                }
                 break;
             }
             let idle = turn.is_none() && self.queue.is_empty() && !told_idle;
@@ -124,8 +141,61 @@ impl<P: Provider + 'static> Worker<P> {
                     told_idle = true;
                     let _ = self.idle.send(Idle { key: self.key.clone(), received: self.received }).await;
                 }
+                () = async { self.lock.as_ref().expect("guarded by is_some").lost().await }, if !lost && self.lock.is_some() => {
+                    // The store no longer vouches that this replica alone runs the session:
+                    // stop at once; the unanswered message is answered by whoever holds it next.
+                    warn!(key = %self.key, "lost the session's lock (the store's connection broke); stopping its turn");
+                    lost = true;
+                    closed = true;
+                    self.queue.clear();
+                    if let Some(running) = &self.running {
+                        running.cancel();
+                    }
+                    // The router finds the inbox closed and takes the lock again before it
+                    // runs the session here.
+                }
             }
         }
+    }
+
+    /// Takes in what the store has queued for this key and this worker has not seen, in queue
+    /// order; a command is run as a command.
+    async fn pull(&mut self) {
+        let queued = match self.shared.store.queued_for(self.key.as_str()).await {
+            Ok(queued) => queued,
+            Err(e) => {
+                warn!(key = %self.key, error = %e, "could not read the session's queued messages; they wait in the store");
+                return;
+            }
+        };
+        for message in queued {
+            if self.known.insert(message.seq) {
+                self.take_in(message).await;
+            }
+        }
+    }
+
+    /// One message another replica (or an earlier run) queued for this key.
+    async fn take_in(&mut self, queued: QueuedInbound) {
+        self.chat = queued.chat.clone();
+        self.user = queued.user.clone();
+        if let Some(command) = Command::parse(&queued.content) {
+            // Stored as a message by whoever received it; it is a command: it leaves the queue
+            // without entering the history, like a command received here.
+            if let Err(e) = self.shared.store.unqueue(queued.seq).await {
+                warn!(key = %self.key, error = %e, "could not take a queued command out of the queue");
+                return;
+            }
+            let answers = Some(queued.message_id);
+            self.queue.push_back(Pending::Command(command, Allowed::Listed, answers));
+            return;
+        }
+        let style = self.shared.reply_style(queued.chat.platform);
+        let reply_to = match Placement::of(&queued.chat, &queued.message_id, style) {
+            Placement::Quote(message) => Some(message),
+            Placement::Plain | Placement::Thread(_) => None,
+        };
+        self.queue.push_back(Pending::Message { seq: queued.seq, reply_to });
     }
 
     async fn on_input(&mut self, input: Input, busy: bool) -> Option<JoinHandle<TurnEnd>> {
@@ -139,9 +209,15 @@ impl<P: Provider + 'static> Worker<P> {
                 }
             }
             Input::Queued(queued) => {
-                self.chat = queued.chat;
-                self.user = queued.user;
-                self.queue.push_back(Pending::Message { seq: queued.seq, reply_to: None });
+                if self.known.insert(queued.seq) {
+                    self.chat = queued.chat;
+                    self.user = queued.user;
+                    self.queue.push_back(Pending::Message { seq: queued.seq, reply_to: None });
+                }
+                None
+            }
+            Input::Pull => {
+                self.pull().await;
                 None
             }
             Input::Resume(chat, user) => {
@@ -177,6 +253,7 @@ impl<P: Provider + 'static> Worker<P> {
             match queued.await {
                 Ok(Some(seq)) => {
                     ack.settle();
+                    self.known.insert(seq);
                     debug!(key = %self.key, seq, "queued while the session is busy");
                     self.queue.push_back(Pending::Message { seq, reply_to });
                     if self.shared.settings.busy_input == BusyInput::Interrupt

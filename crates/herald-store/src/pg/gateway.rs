@@ -111,7 +111,7 @@ impl Pg {
                 if fresh == 0 {
                     return Ok(None);
                 }
-                sqlx::query_scalar(
+                let seq: i64 = sqlx::query_scalar(
                     "INSERT INTO inbound_queue (platform, message_id, session_key, chat_id,
                          thread_id, chat_kind, user_id, user_name, content, received_at)
                      VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING seq",
@@ -127,8 +127,15 @@ impl Pg {
                 .bind(&q.content)
                 .bind(now)
                 .fetch_one(&mut **tx)
-                .await
-                .map(Some)
+                .await?;
+                // Heard by every replica once this commits: the one running the session takes
+                // the message in at once.
+                sqlx::query("SELECT pg_notify($1, $2)")
+                    .bind(super::handover::QUEUED_CHANNEL)
+                    .bind(&q.session_key)
+                    .execute(&mut **tx)
+                    .await?;
+                Ok(Some(seq))
             })
         })
         .await

@@ -11,7 +11,6 @@ use tracing::{debug, warn};
 use super::Pg;
 use super::write::pg_write;
 use crate::error::StoreError;
-use crate::time::now_ms;
 
 /// The channel queue_inbound notifies on.
 pub(crate) const QUEUED_CHANNEL: &str = "herald_queued";
@@ -66,9 +65,12 @@ impl Pg {
         ids: &[i64],
         claim_for: Duration,
     ) -> Result<(), StoreError> {
-        let until = now_ms() + claim_for.as_millis() as i64;
-        let result = sqlx::query("UPDATE outbox SET claimed_until = $1 WHERE message_id = ANY($2)")
-            .bind(until)
+        // The database's clock, as for every claim: replicas' clocks may disagree.
+        let result = sqlx::query(
+            "UPDATE outbox SET claimed_until = (extract(epoch FROM clock_timestamp()) * 1000)::BIGINT + $1
+             WHERE message_id = ANY($2)",
+        )
+        .bind(claim_for.as_millis() as i64)
             .bind(ids)
             .execute(&self.inner.pool)
             .await;

@@ -54,10 +54,30 @@ async fn replies(store: &Store, n: usize) -> Vec<i64> {
         let stored = store.append_reply(&session.id, turn, Default::default(), delivery);
         ids.push(*stored.await.unwrap().last().unwrap());
     }
+    // A stored reply is its writer's to send (on PostgreSQL its claim is born with it): the
+    // writer is gone here, its claims lapse at once.
+    store.renew_claims(&ids, Duration::ZERO).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(5)).await;
     ids
 }
 
 both! {
+async fn a_stored_reply_is_its_writers_until_its_claim_lapses(store, scratch) {
+    let session = store.create_session(&session_for(Platform::Telegram, "7")).await.unwrap();
+    let delivery =
+        Delivery { chat: ChatRef::direct(Platform::Telegram, "7"), reply_to: None, text: "r".into() };
+    let turn = vec![NewMessage::user("q"), NewMessage::assistant("r")];
+    let id = *store.append_reply(&session.id, turn, Default::default(), delivery).await.unwrap().last().unwrap();
+    let other = reopen(&scratch).await;
+    if store.is_shared() {
+        assert!(other.claim_undelivered(10, Duration::from_secs(60)).await.unwrap().is_empty());
+        store.renew_claims(&[id], Duration::ZERO).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let taken = other.claim_undelivered(10, Duration::from_secs(60)).await.unwrap();
+    assert_eq!(taken.iter().map(|u| u.message_id).collect::<Vec<_>>(), [id]);
+}
+
 async fn the_same_message_queued_by_two_replicas_at_once_is_queued_once(store, scratch) {
     let other = reopen(&scratch).await;
     let mut races = Vec::new();
@@ -185,4 +205,22 @@ async fn a_replica_that_loses_its_connection_loses_its_locks() {
     drop((held, taken));
     let again = lock_when_free(&store, "telegram:dm:42").await;
     assert!(!again.is_lost());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_hears_at_once_what_another_queued() {
+    let (store, scratch) = crate::fresh_on(herald_store::scratch::Kind::Postgres).await;
+    let mut heard = store.queued_notifications();
+    let other = reopen(&scratch).await;
+    // The listener connects in the background; queue until it hears.
+    let mut n = 0;
+    let key = loop {
+        n += 1;
+        queue(&other, "telegram:dm:9", &format!("n{n}"), "hello").await.unwrap();
+        if let Ok(Some(key)) = tokio::time::timeout(Duration::from_secs(2), heard.recv()).await {
+            break key;
+        }
+        assert!(n < 10, "nothing heard");
+    };
+    assert_eq!(key, "telegram:dm:9");
 }

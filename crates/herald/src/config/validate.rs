@@ -180,29 +180,6 @@ fn is_env_name(value: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn urls_must_be_http() {
-        for good in ["https://api.openai.com/v1", "http://127.0.0.1:8080", "HTTPS://x.io"] {
-            assert!(is_http_url(good), "{good}");
-        }
-        for bad in ["ftp://x", "api.openai.com", "https://", "http:///v1", "https://a b", ""] {
-            assert!(!is_http_url(bad), "{bad}");
-        }
-    }
-
-    #[test]
-    fn variable_names() {
-        assert!(is_env_name("TELEGRAM_BOT_TOKEN") && is_env_name("_x1"));
-        for bad in ["", "1ABC", "123456:ABC-DEF", "MY VAR", "xoxb-1-2"] {
-            assert!(!is_env_name(bad), "{bad}");
-        }
-    }
-}
-
 /// A PostgreSQL URL as `[store] url` takes it: the scheme, a host, a database, and no password.
 pub fn store_url(url: &str) -> Result<(), String> {
     let Some(rest) = url.strip_prefix("postgres://").or_else(|| url.strip_prefix("postgresql://"))
@@ -231,4 +208,27 @@ pub fn store_url(url: &str) -> Result<(), String> {
         return Err("names no database; write postgres://USER@HOST:PORT/DATABASE".into());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_must_be_http() {
+        for good in ["https://api.openai.com/v1", "http://127.0.0.1:8080", "HTTPS://x.io"] {
+            assert!(is_http_url(good), "{good}");
+        }
+        for bad in ["ftp://x", "api.openai.com", "https://", "http:///v1", "https://a b", ""] {
+            assert!(!is_http_url(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn variable_names() {
+        assert!(is_env_name("TELEGRAM_BOT_TOKEN") && is_env_name("_x1"));
+        for bad in ["", "1ABC", "123456:ABC-DEF", "MY VAR", "xoxb-1-2"] {
+            assert!(!is_env_name(bad), "{bad}");
+        }
+    }
 }
