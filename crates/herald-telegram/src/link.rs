@@ -33,7 +33,13 @@ impl Link {
         events: mpsc::Sender<AdapterEvent>,
         shutdown: CancellationToken,
     ) -> Link {
-        Link { bot, token: settings.token.clone(), max_backoff: settings.max_backoff, events, shutdown }
+        Link {
+            bot,
+            token: settings.token.clone(),
+            max_backoff: settings.max_backoff,
+            events,
+            shutdown,
+        }
     }
 
     /// Calls `getMe` until it answers, then `removing_webhook` when polling; `None` on shutdown.

@@ -61,7 +61,11 @@ impl Poller {
 
     /// Connects, then polls from `cursor` whenever this replica holds the poller claim, until
     /// shutdown; fails only on a refused token.
-    pub(crate) async fn run(self, cursor: Option<String>, claims: Claims) -> Result<(), AdapterError> {
+    pub(crate) async fn run(
+        self,
+        cursor: Option<String>,
+        claims: Claims,
+    ) -> Result<(), AdapterError> {
         let Some(me) = self.link.connect(true).await? else {
             return Ok(());
         };
