@@ -6,15 +6,15 @@ use std::process::ExitCode;
 use herald_fakes::balancer::Balancer;
 use herald_fakes::program;
 
-const USAGE: &str = "usage: herald-fake-balancer [--listen ADDR] BACKEND_URL...   (default 127.0.0.1:8090)
+const USAGE: &str =
+    "usage: herald-fake-balancer [--listen ADDR] BACKEND_URL...   (default 127.0.0.1:8090)
 
 Forwards each request to the next backend in turn (like http://127.0.0.1:8443), and to the one
 after when a backend refuses the connection, until SIGINT or SIGTERM.";
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    let (flags, backends): (Vec<String>, Vec<String>) =
-        split(std::env::args().skip(1).collect());
+    let (flags, backends): (Vec<String>, Vec<String>) = split(std::env::args().skip(1).collect());
     let addr = match program::listen_address(flags.into_iter(), "127.0.0.1:8090") {
         Ok(Some(addr)) => addr,
         Ok(None) => {

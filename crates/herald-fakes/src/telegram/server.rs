@@ -204,9 +204,9 @@ async fn read_params(request: Request) -> (Value, Result<Params, ApiError>) {
 /// The text fields of a multipart body; the fake takes no files.
 async fn multipart(request: Request) -> Result<Params, ApiError> {
     let unreadable = |_| ApiError::bad_request("can't parse multipart body");
-    let mut form = Multipart::from_request(request, &()).await.map_err(|_| {
-        ApiError::bad_request("can't parse multipart body")
-    })?;
+    let mut form = Multipart::from_request(request, &())
+        .await
+        .map_err(|_| ApiError::bad_request("can't parse multipart body"))?;
     let mut pairs = Vec::new();
     while let Some(field) = form.next_field().await.map_err(unreadable)? {
         if field.file_name().is_some() {

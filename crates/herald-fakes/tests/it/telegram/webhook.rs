@@ -61,7 +61,8 @@ async fn set_webhook_is_checked_like_telegram() {
     }
     assert_eq!(fake.webhook_url(), None);
 
-    let (status, _) = call(json!({"url": "https://bot.example.com/t", "secret_token": "s-1_A"})).await;
+    let (status, _) =
+        call(json!({"url": "https://bot.example.com/t", "secret_token": "s-1_A"})).await;
     assert_eq!(status, 200);
     assert_eq!(fake.webhook_secret().as_deref(), Some("s-1_A"));
     let bot = bot(&fake);
@@ -90,7 +91,8 @@ async fn updates_are_posted_in_order_per_chat_with_the_secret_and_again_after_a_
     ids.push(fake.dm(2, "four"));
     let delivered = fake.wait_delivered(4, WAIT).await;
     assert_eq!(delivered.len(), 4, "{delivered:?}");
-    let in_chat = |chat: &[i64]| delivered.iter().filter(|id| chat.contains(id)).copied().collect::<Vec<_>>();
+    let in_chat =
+        |chat: &[i64]| delivered.iter().filter(|id| chat.contains(id)).copied().collect::<Vec<_>>();
     assert_eq!(in_chat(&[ids[0], ids[2]]), [ids[0], ids[2]], "chat 1 in order, after the retry");
     assert_eq!(in_chat(&[ids[1], ids[3]]), [ids[1], ids[3]]);
     let seen = seen.lock().unwrap().clone();
