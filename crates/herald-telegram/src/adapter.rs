@@ -1,4 +1,5 @@
-//! The adapter's run loop: a polling task next to a loop that serves the outbound channel.
+//! The adapter's run loop: a receiving task (polling, or the webhook listener) next to a loop
+//! that serves the outbound channel. Sending works on every replica, polling or not.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,8 +11,10 @@ use tokio_util::task::AbortOnDropHandle;
 use tracing::{Instrument, info};
 
 use crate::TelegramSettings;
+use crate::link::Link;
 use crate::poll::Poller;
 use crate::send::Sender;
+use crate::webhook;
 
 /// How many outbound requests run at once: enough for many chats, few enough to stay polite.
 const MAX_CONCURRENT_SENDS: usize = 32;
@@ -26,18 +29,26 @@ pub(crate) async fn run(
     ctx: AdapterContext,
     shutdown: CancellationToken,
 ) -> Result<(), AdapterError> {
-    let AdapterContext { events, outbound, cursor, .. } = ctx;
+    let AdapterContext { events, outbound, cursor, claims, .. } = ctx;
     // Two clients: a long poll must never hold up a send, and sends keep teloxide's shorter
     // timeout while polls need one longer than the poll itself.
     let poll_bot = bot(&settings, Some(settings.poll_timeout + POLL_GRACE))?;
     let send_bot = bot(&settings, None)?;
 
-    let poller = Poller::new(poll_bot, &settings, events, shutdown);
-    // Aborted if `run` itself is dropped, so a poller never outlives its adapter.
-    let polling = AbortOnDropHandle::new(tokio::spawn(poller.run(cursor).in_current_span()));
-    let polling = async {
-        polling.await.unwrap_or_else(|join| {
-            Err(AdapterError::Other(format!("telegram polling failed: {join}")))
+    let link = Link::new(poll_bot, &settings, events, shutdown);
+    // A webhook needs no claim: Telegram posts to every replica through the load balancer.
+    let receiving = match settings.webhook.clone() {
+        Some(hook) => tokio::spawn(webhook::run(link, hook).in_current_span()),
+        None => {
+            let poller = Poller::new(link, settings.poll_timeout);
+            tokio::spawn(poller.run(cursor, claims).in_current_span())
+        }
+    };
+    // Aborted if `run` itself is dropped, so a receiver never outlives its adapter.
+    let receiving = AbortOnDropHandle::new(receiving);
+    let receiving = async {
+        receiving.await.unwrap_or_else(|join| {
+            Err(AdapterError::Other(format!("telegram receiving failed: {join}")))
         })
     };
     let sender = Arc::new(Sender::new(send_bot, &settings));
@@ -47,7 +58,7 @@ pub(crate) async fn run(
     });
     // A refusal returns at once (in-flight sends finish on their own); otherwise the sends go
     // on until the gateway drops its last sender.
-    tokio::try_join!(polling, async {
+    tokio::try_join!(receiving, async {
         serving.await;
         Ok(())
     })?;

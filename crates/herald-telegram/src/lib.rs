@@ -1,5 +1,7 @@
-//! herald's Telegram adapter: long polling with an offset that only moves past settled messages,
-//! and replies converted to Telegram HTML, split to 4096 UTF-16 units.
+//! herald's Telegram adapter: long polling with an offset that only moves past settled messages
+//! (by one replica at a time, the holder of the `telegram:poller` claim), or a webhook that
+//! answers each update only once it is settled; replies converted to Telegram HTML, split to 4096
+//! UTF-16 units.
 //!
 //! Depends only on herald-core; no teloxide type leaves this crate. The bot token is a secret: it
 //! is never logged and is scrubbed from every error text before that text leaves the crate.
@@ -7,11 +9,13 @@
 mod adapter;
 mod error;
 mod inbound;
+mod link;
 mod markup;
 mod poll;
 mod salvage;
 mod send;
 mod split;
+mod webhook;
 
 use std::time::Duration;
 
@@ -19,6 +23,7 @@ use herald_core::{Adapter, AdapterContext, AdapterError, Capabilities, Platform,
 use tokio_util::sync::CancellationToken;
 
 pub use markup::{escape_html, to_telegram_html};
+pub use webhook::{WebhookSettings, derived_secret, is_valid_secret};
 
 /// The longest message Telegram accepts, in UTF-16 code units.
 pub const MAX_MESSAGE_LEN: usize = 4096;
@@ -36,6 +41,8 @@ pub struct TelegramSettings {
     pub send_attempts: u32,
     /// The longest wait between two retries.
     pub max_backoff: Duration,
+    /// Receive updates through this webhook instead of long polling.
+    pub webhook: Option<WebhookSettings>,
 }
 
 impl TelegramSettings {
@@ -47,6 +54,7 @@ impl TelegramSettings {
             poll_timeout: Duration::from_secs(25),
             send_attempts: 5,
             max_backoff: Duration::from_secs(30),
+            webhook: None,
         }
     }
 }
@@ -60,6 +68,7 @@ impl std::fmt::Debug for TelegramSettings {
             .field("poll_timeout", &self.poll_timeout)
             .field("send_attempts", &self.send_attempts)
             .field("max_backoff", &self.max_backoff)
+            .field("webhook", &self.webhook)
             .finish()
     }
 }

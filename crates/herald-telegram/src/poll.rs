@@ -8,31 +8,29 @@
 
 use std::time::Duration;
 
-use herald_core::{Ack, AdapterError, AdapterEvent, Platform, backoff};
-use teloxide::Bot;
+use herald_core::{Ack, AdapterError, AdapterEvent, Claim, Claims, backoff};
 use teloxide::payloads::GetUpdatesSetters;
 use teloxide::requests::Requester;
 use teloxide::types::{AllowedUpdate, Update, UpdateKind};
-use tokio::sync::{mpsc, oneshot};
-use tokio_util::sync::CancellationToken;
+use tokio::sync::oneshot;
 use tracing::{debug, info, warn};
 
-use crate::TelegramSettings;
 use crate::error::Failure;
 use crate::inbound::{self, BotIdentity};
+use crate::link::{Link, unauthorized};
 use crate::salvage;
 
-/// Where to look when Telegram refuses the token.
-const TOKEN_HINT: &str = "TELEGRAM_BOT_TOKEN (or the variable named by telegram.token_env)";
+/// The claim a replica holds while it polls: Telegram serves `getUpdates` to one client only.
+pub(crate) const POLLER_CLAIM: &str = "telegram:poller";
+
+/// What the gateway is told when another replica takes over polling.
+const LOST: &str = "another replica polls telegram now; this one still sends, and polls again \
+                    when it holds the telegram:poller claim";
 
 /// The polling half of the adapter.
 pub(crate) struct Poller {
-    bot: Bot,
-    token: String,
+    link: Link,
     poll_timeout: u32,
-    max_backoff: Duration,
-    events: mpsc::Sender<AdapterEvent>,
-    shutdown: CancellationToken,
 }
 
 /// What became of one batch of updates.
@@ -45,58 +43,94 @@ enum Batch {
     Stopped,
 }
 
+/// Why polling under one claim ended.
+enum Polled {
+    /// Shutdown, or nobody listens to the events any more.
+    Stopped,
+    /// Another replica may poll now.
+    Lost,
+    /// Telegram refused the token.
+    Refused(String),
+}
+
 impl Poller {
-    /// A poller that reports through `events` until `shutdown` is cancelled.
-    pub(crate) fn new(
-        bot: Bot,
-        settings: &TelegramSettings,
-        events: mpsc::Sender<AdapterEvent>,
-        shutdown: CancellationToken,
-    ) -> Self {
-        Poller {
-            bot,
-            token: settings.token.clone(),
-            poll_timeout: u32::try_from(settings.poll_timeout.as_secs()).unwrap_or(u32::MAX),
-            max_backoff: settings.max_backoff,
-            events,
-            shutdown,
-        }
+    /// A poller over `link`, whose long polls wait `poll_timeout`.
+    pub(crate) fn new(link: Link, poll_timeout: Duration) -> Self {
+        Poller { link, poll_timeout: u32::try_from(poll_timeout.as_secs()).unwrap_or(u32::MAX) }
     }
 
-    /// Connects, then polls from `cursor` until shutdown; fails only on a refused token.
-    pub(crate) async fn run(self, cursor: Option<String>) -> Result<(), AdapterError> {
-        let Some(me) = self.connect().await? else {
+    /// Connects, then polls from `cursor` whenever this replica holds the poller claim, until
+    /// shutdown; fails only on a refused token.
+    pub(crate) async fn run(
+        self,
+        cursor: Option<String>,
+        claims: Claims,
+    ) -> Result<(), AdapterError> {
+        let Some(me) = self.link.connect(true).await? else {
             return Ok(());
         };
         let mut offset = parse_cursor(cursor);
+        loop {
+            let claim = tokio::select! {
+                _ = self.link.shutdown.cancelled() => break,
+                claim = claims.hold(POLLER_CLAIM) => claim,
+            };
+            // A poller that lost its claim keeps its offset: below what the next poller
+            // confirmed it is harmless (Telegram forgot those updates), and it is never above.
+            match self.poll(&me, &mut offset, &claim).await {
+                Polled::Stopped => break,
+                Polled::Refused(detail) => return Err(unauthorized(detail)),
+                Polled::Lost => {
+                    info!("telegram polling paused: {LOST}");
+                    let event =
+                        AdapterEvent::Retrying { error: LOST.to_owned(), retry_in: Duration::ZERO };
+                    if !self.link.emit(event).await {
+                        break;
+                    }
+                }
+            }
+        }
+        info!("telegram polling stopped");
+        Ok(())
+    }
+
+    /// Polls while `claim` is held.
+    async fn poll(&self, me: &BotIdentity, offset: &mut Option<i32>, claim: &Claim) -> Polled {
+        let link = &self.link;
         let mut failures = 0u32;
         let mut redeliveries = 0u32;
         loop {
+            if claim.is_lost() {
+                return Polled::Lost;
+            }
             // After a failure poll without waiting, so recovery is reported at once.
             let timeout = if failures == 0 { self.poll_timeout } else { 0 };
             let mut request =
-                self.bot.get_updates().timeout(timeout).allowed_updates([AllowedUpdate::Message]);
-            if let Some(offset) = offset {
+                link.bot.get_updates().timeout(timeout).allowed_updates([AllowedUpdate::Message]);
+            if let Some(offset) = *offset {
                 request = request.offset(offset);
             }
             let result = tokio::select! {
-                _ = self.shutdown.cancelled() => break,
+                _ = link.shutdown.cancelled() => return Polled::Stopped,
+                // Dropped unanswered: whatever it would have fetched stays unconfirmed, and
+                // the next poller gets it.
+                () = claim.lost() => return Polled::Lost,
                 result = request => result,
             };
             // A batch teloxide cannot read is read again here, so that one bad update is skipped
             // instead of stalling the offset for everyone.
             let updates = match result.or_else(salvage::batch) {
                 Ok(updates) => updates,
-                Err(err) => match Failure::classify(&err, &self.token) {
-                    Failure::Unauthorized(detail) => return Err(unauthorized(detail)),
+                Err(err) => match Failure::classify(&err, &link.token) {
+                    Failure::Unauthorized(detail) => return Polled::Refused(detail),
                     failure => {
                         if failure == Failure::WebhookSet {
                             self.delete_webhook().await;
                         }
-                        let delay = backoff(failures, failure.retry_after(), self.max_backoff);
+                        let delay = backoff(failures, failure.retry_after(), link.max_backoff);
                         failures = failures.saturating_add(1);
-                        if !self.retry(&failure, delay).await {
-                            break;
+                        if !link.retry(&failure.reason(), delay).await {
+                            return Polled::Stopped;
                         }
                         continue;
                     }
@@ -105,66 +139,24 @@ impl Poller {
             if failures > 0 {
                 failures = 0;
                 info!(bot = %me.username, "telegram polling recovered");
-                if !self.emit(AdapterEvent::Connected { bot: me.username.clone() }).await {
-                    break;
+                if !link.emit(AdapterEvent::Connected { bot: me.username.clone() }).await {
+                    return Polled::Stopped;
                 }
             }
-            match self.deliver(updates, &me, offset).await {
+            match self.deliver(updates, me, *offset).await {
                 Batch::Settled(next) => {
                     redeliveries = 0;
-                    offset = next;
+                    *offset = next;
                 }
                 Batch::Redeliver(next) => {
-                    offset = next;
-                    let delay = backoff(redeliveries, None, self.max_backoff);
+                    *offset = next;
+                    let delay = backoff(redeliveries, None, link.max_backoff);
                     redeliveries = redeliveries.saturating_add(1);
-                    if !self.sleep(delay).await {
-                        break;
+                    if !link.sleep(delay).await {
+                        return Polled::Stopped;
                     }
                 }
-                Batch::Stopped => break,
-            }
-        }
-        info!("telegram polling stopped");
-        Ok(())
-    }
-
-    /// `getMe`, then removes a webhook if one is set; `None` on shutdown.
-    async fn connect(&self) -> Result<Option<BotIdentity>, AdapterError> {
-        let mut attempt = 0u32;
-        loop {
-            let step = async {
-                let me = self.bot.get_me().await?;
-                if self.bot.get_webhook_info().await?.url.is_some() {
-                    warn!("a webhook is set for this bot; deleting it so long polling can work");
-                    self.bot.delete_webhook().await?;
-                }
-                Ok(me)
-            };
-            let result = tokio::select! {
-                _ = self.shutdown.cancelled() => return Ok(None),
-                result = step => result,
-            };
-            match result {
-                Ok(me) => {
-                    let me = BotIdentity {
-                        id: me.user.id.0,
-                        username: me.user.username.clone().unwrap_or_default(),
-                    };
-                    info!(bot = %me.username, "telegram adapter connected");
-                    let connected = AdapterEvent::Connected { bot: me.username.clone() };
-                    return Ok(self.emit(connected).await.then_some(me));
-                }
-                Err(err) => match Failure::classify(&err, &self.token) {
-                    Failure::Unauthorized(detail) => return Err(unauthorized(detail)),
-                    failure => {
-                        let delay = backoff(attempt, failure.retry_after(), self.max_backoff);
-                        attempt = attempt.saturating_add(1);
-                        if !self.retry(&failure, delay).await {
-                            return Ok(None);
-                        }
-                    }
-                },
+                Batch::Stopped => return Polled::Stopped,
             }
         }
     }
@@ -173,11 +165,11 @@ impl Poller {
     async fn delete_webhook(&self) {
         warn!("a webhook was set for this bot while polling; deleting it");
         let result = tokio::select! {
-            _ = self.shutdown.cancelled() => return,
-            result = self.bot.delete_webhook() => result,
+            _ = self.link.shutdown.cancelled() => return,
+            result = self.link.bot.delete_webhook() => result,
         };
         if let Err(err) = result {
-            let reason = Failure::classify(&err, &self.token).reason();
+            let reason = Failure::classify(&err, &self.link.token).reason();
             debug!("could not delete the webhook: {reason}");
         }
     }
@@ -201,7 +193,7 @@ impl Poller {
             let (ack, settled) = Ack::new();
             message.ack = ack;
             debug!(update = id, chat = %message.chat.id, text = %message.text, "message received");
-            if !self.emit(AdapterEvent::Inbound(message)).await {
+            if !self.link.emit(AdapterEvent::Inbound(message)).await {
                 return Batch::Stopped;
             }
             waiting.push((id, Some(settled)));
@@ -215,10 +207,10 @@ impl Poller {
             let kept = match settled {
                 None => true,
                 Some(settled) => tokio::select! {
-                    _ = self.shutdown.cancelled() => {
+                    _ = self.link.shutdown.cancelled() => {
                         // Settled updates before this one are safe to confirm; the rest are not.
                         if let Some(next) = next && Some(next) != offset {
-                            let _ = self.events.try_send(AdapterEvent::Cursor(next.to_string()));
+                            let _ = self.link.events.try_send(AdapterEvent::Cursor(next.to_string()));
                         }
                         return Batch::Stopped;
                     }
@@ -235,7 +227,7 @@ impl Poller {
         }
         if let Some(next) = next
             && Some(next) != offset
-            && !self.emit(AdapterEvent::Cursor(next.to_string())).await
+            && !self.link.emit(AdapterEvent::Cursor(next.to_string())).await
         {
             return Batch::Stopped;
         }
@@ -244,37 +236,6 @@ impl Poller {
             None => Batch::Settled(next),
         }
     }
-
-    /// Reports a failed call, then waits `delay`; `false` on shutdown.
-    async fn retry(&self, failure: &Failure, delay: Duration) -> bool {
-        let error = failure.reason();
-        warn!(retry_in_ms = delay.as_millis(), "telegram: {error}; retrying");
-        self.emit(AdapterEvent::Retrying { error, retry_in: delay }).await
-            && self.sleep(delay).await
-    }
-
-    /// Waits `delay`; `false` on shutdown.
-    async fn sleep(&self, delay: Duration) -> bool {
-        tokio::select! {
-            _ = self.shutdown.cancelled() => false,
-            () = tokio::time::sleep(delay) => true,
-        }
-    }
-
-    /// Sends an event to the gateway; `false` on shutdown or when nobody listens.
-    async fn emit(&self, event: AdapterEvent) -> bool {
-        tokio::select! {
-            // Sending first: the last cursor of a stopping adapter still goes out when there
-            // is room, and only a full channel gives way to the shutdown.
-            biased;
-            sent = self.events.send(event) => sent.is_ok(),
-            _ = self.shutdown.cancelled() => false,
-        }
-    }
-}
-
-fn unauthorized(detail: String) -> AdapterError {
-    AdapterError::Unauthorized { platform: Platform::Telegram, detail, hint: TOKEN_HINT.into() }
 }
 
 /// The offset stored by an earlier run; a cursor that is not one is logged and ignored.

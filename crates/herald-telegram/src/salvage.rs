@@ -41,11 +41,11 @@ fn updates(answer: &str) -> Option<Vec<Update>> {
         return None;
     }
     debug!(updates = answer.result.len(), "reading a batch teloxide refused one update at a time");
-    Some(answer.result.into_iter().filter_map(|update| read(update.get())).collect())
+    Some(answer.result.into_iter().filter_map(|raw| update(raw.get())).collect())
 }
 
 /// One update: as it is, repaired, or an `UpdateKind::Error`; `None` when it has no id.
-fn read(text: &str) -> Option<Update> {
+pub(crate) fn update(text: &str) -> Option<Update> {
     if let Ok(update) = serde_json::from_str::<Update>(text) {
         return Some(update);
     }

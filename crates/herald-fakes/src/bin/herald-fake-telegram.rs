@@ -19,7 +19,9 @@ Serves the Telegram Bot API at POST /bot<TOKEN>/<Method> for the token 123456:fa
   POST /_fake/fault     {\"method\":\"sendMessage\",\"fault\":{\"kind\":\"too_many_requests\",\"retry_after\":2}}
                         (kinds: too_many_requests, status with code, conflict, drop)
   POST /_fake/offline {\"offline\":true}, /_fake/reject_markup {\"reject\":true},
-       /_fake/webhook {\"url\":null}, /_fake/reset
+       /_fake/webhook {\"url\":null}, /_fake/repeat {\"update_id\":N}, /_fake/reset
+  GET  /_fake/webhook   the webhook set with setWebhook, pending and delivered updates
+While a webhook is set (setWebhook, https or http on loopback), updates are POSTed to it.
 until SIGINT or SIGTERM.";
 
 #[tokio::main]

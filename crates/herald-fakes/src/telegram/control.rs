@@ -30,7 +30,8 @@ pub(crate) fn routes() -> Router<Ctx> {
         .route("/_fake/fault", post(push_fault))
         .route("/_fake/offline", post(offline))
         .route("/_fake/reject_markup", post(reject_markup))
-        .route("/_fake/webhook", post(webhook))
+        .route("/_fake/webhook", post(webhook).get(webhook_state))
+        .route("/_fake/repeat", post(repeat))
         .route("/_fake/reset", post(reset))
 }
 
@@ -141,8 +142,28 @@ struct Webhook {
 }
 
 async fn webhook(State(ctx): State<Ctx>, Json(request): Json<Webhook>) -> StatusCode {
-    ctx.shared.lock().webhook = request.url;
+    ctx.shared.queue(|state| state.webhook = request.url.map(super::state::Webhook::unchecked));
     StatusCode::NO_CONTENT
+}
+
+async fn webhook_state(State(ctx): State<Ctx>) -> Json<Value> {
+    let state = ctx.shared.lock();
+    Json(json!({
+        "url": state.webhook.as_ref().map(|w| w.url.clone()),
+        "pending_updates": state.pending(),
+        "in_flight": state.in_flight.len(),
+        "delivered": state.delivered,
+        "posts": state.posts.iter().map(|(id, status)| json!({"update_id": id, "status": status})).collect::<Vec<_>>(),
+    }))
+}
+
+async fn repeat(State(ctx): State<Ctx>, Json(update): Json<Update>) -> Response {
+    if ctx.shared.queue(|state| state.repeat(update.update_id)) {
+        Json(json!({ "update_id": update.update_id })).into_response()
+    } else {
+        let error = format!("no update {} was ever queued", update.update_id);
+        (StatusCode::NOT_FOUND, Json(json!({ "error": error }))).into_response()
+    }
 }
 
 async fn reset(State(ctx): State<Ctx>) -> StatusCode {

@@ -47,6 +47,7 @@ impl State {
         Some(match method {
             "getme" => Ok(wire::me()),
             "getwebhookinfo" => Ok(self.webhook_info()),
+            "setwebhook" => self.set_webhook(params),
             "deletewebhook" => {
                 self.webhook = None;
                 if params.string("drop_pending_updates").as_deref() == Some("true") {
@@ -83,11 +84,22 @@ impl State {
     }
 
     fn webhook_info(&self) -> Value {
-        json!({
-            "url": self.webhook.clone().unwrap_or_default(),
+        let mut info = json!({
+            "url": self.webhook.as_ref().map(|w| w.url.clone()).unwrap_or_default(),
             "has_custom_certificate": false,
             "pending_update_count": self.pending(),
-        })
+        });
+        if let Some(webhook) = &self.webhook {
+            info["max_connections"] = json!(webhook.max_connections);
+            if let Some(allowed) = &webhook.allowed_updates {
+                info["allowed_updates"] = json!(allowed);
+            }
+            if let Some((date, message)) = &self.webhook_error {
+                info["last_error_date"] = json!(date);
+                info["last_error_message"] = json!(message);
+            }
+        }
+        info
     }
 
     fn send_message(&mut self, params: &Params) -> Result<Value, ApiError> {

@@ -2,8 +2,8 @@
 //! /bot<TOKEN>/<Method>` like `api.telegram.org`, for the real teloxide client
 //! (`Bot::new(FakeTelegram::TOKEN).set_api_url(url)`).
 //!
-//! It serves `getMe`, `getWebhookInfo`, `deleteWebhook`, `getUpdates` (long polling, `offset`
-//! confirming), `sendMessage`, `editMessageText`, `sendChatAction`, `setMyCommands` and
+//! It serves `getMe`, `setWebhook`, `getWebhookInfo`, `deleteWebhook`, `getUpdates` (long
+//! polling, `offset` confirming; 409 while a webhook is set), `sendMessage`, `editMessageText`, `sendChatAction`, `setMyCommands` and
 //! `getMyCommands`, with methods matched case-insensitively and parameters read from JSON, form
 //! or query. Another token gets 401 `Unauthorized`, another method 404 `Not Found`. Tests queue
 //! what users say ([`FakeTelegram::inject`], or [`FakeTelegram::inject_raw`] for updates no
@@ -24,6 +24,11 @@
 //!   "retry_after": 2}}` (see [`TelegramFault`] for the others)
 //! - `POST /_fake/offline {"offline": true}`, `/_fake/reject_markup {"reject": true}`,
 //!   `/_fake/webhook {"url": "https://..."}` (or `null`), `/_fake/reset`
+//! - `POST /_fake/repeat {"update_id": N}` queues update N again under the same id;
+//!   `GET /_fake/webhook` → the webhook's URL, the pending updates, and those delivered
+//!
+//! While a webhook is set, queued updates are POSTed to it (see [`webhook`]) when it is on
+//! loopback.
 //!
 //! The control API keeps answering while the Bot API is offline.
 
@@ -36,6 +41,7 @@ mod records;
 mod server;
 mod state;
 mod user;
+mod webhook;
 mod wire;
 
 use std::io;
@@ -243,10 +249,61 @@ impl FakeTelegram {
         self.shared().lock().reject_markup = reject;
     }
 
-    /// Sets the webhook `getWebhookInfo` reports; while one is set `getUpdates` gets 409, and
-    /// `deleteWebhook` clears it.
+    /// Sets the webhook as `setWebhook` would, unchecked and without a secret token; while one
+    /// is set `getUpdates` gets 409, and `deleteWebhook` clears it. Updates are posted to it
+    /// only when it is on loopback.
     pub fn set_webhook(&self, url: Option<String>) {
-        self.shared().lock().webhook = url;
+        self.shared().queue(|state| state.webhook = url.map(state::Webhook::unchecked));
+    }
+
+    /// The webhook URL set, if any.
+    pub fn webhook_url(&self) -> Option<String> {
+        self.shared().lock().webhook.as_ref().map(|w| w.url.clone())
+    }
+
+    /// The `secret_token` of the webhook set, if any.
+    pub fn webhook_secret(&self) -> Option<String> {
+        self.shared().lock().webhook.as_ref().and_then(|w| w.secret.clone())
+    }
+
+    /// The updates the webhook answered 2xx, in the order it did.
+    pub fn webhook_delivered(&self) -> Vec<i64> {
+        self.shared().lock().delivered.clone()
+    }
+
+    /// Every post to the webhook: the update and the HTTP status (`None`: no answer).
+    pub fn webhook_posts(&self) -> Vec<(i64, Option<u16>)> {
+        self.shared().lock().posts.clone()
+    }
+
+    /// Waits until the webhook answered 2xx for at least `n` updates, or `timeout` passed; the
+    /// updates it did.
+    pub async fn wait_delivered(&self, n: usize, timeout: Duration) -> Vec<i64> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let mut changes = self.shared().updates.subscribe();
+        loop {
+            {
+                let state = self.shared().lock();
+                if state.delivered.len() >= n || tokio::time::Instant::now() >= deadline {
+                    return state.delivered.clone();
+                }
+            }
+            tokio::select! {
+                _ = changes.changed() => {}
+                () = tokio::time::sleep_until(deadline) => {}
+            }
+        }
+    }
+
+    /// Queues update `update_id` again under the same id, as Telegram does when it is not sure
+    /// the first copy arrived.
+    ///
+    /// # Panics
+    /// If no update `update_id` was ever queued, which is a mistake in the test.
+    pub fn repeat(&self, update_id: i64) {
+        if !self.shared().queue(|state| state.repeat(update_id)) {
+            panic!("no update {update_id} was ever queued by this fake telegram");
+        }
     }
 
     /// Forgets sent and edited messages, chat actions, requests and offsets (not the updates).

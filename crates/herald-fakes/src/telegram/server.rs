@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::{FromRequest, Path, Query, Request, State};
+use axum::extract::{FromRequest, Multipart, Path, Query, Request, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
@@ -46,6 +46,7 @@ pub(crate) async fn serve(listener: TcpListener, shared: Arc<Shared>, shutdown: 
         .route("/{bot}/{method}", any(bot_api))
         .merge(super::control::routes())
         .fallback(|| async { ApiError::not_found() });
+    tokio::spawn(super::webhook::deliver(shared.clone(), shutdown.clone()));
     loop {
         let stream = tokio::select! {
             () = shutdown.cancelled() => return,
@@ -122,6 +123,10 @@ async fn bot_api(
             if method == "sendmessage" {
                 ctx.shared.sent.send_modify(|n| *n += 1);
             }
+            if method.ends_with("webhook") {
+                // The poster starts or stops.
+                ctx.shared.updates.send_modify(|n| *n += 1);
+            }
             ok(&result.to_string())
         }
         Some(Err(error)) => error.into_response(),
@@ -178,8 +183,9 @@ async fn read_params(request: Request) -> (Value, Result<Params, ApiError>) {
             .await
             .map(|Form(pairs)| Params::from_pairs(pairs))
             .map_err(|_| ApiError::bad_request("can't parse form body"))
-    } else if kind.starts_with("multipart/") {
-        Err(ApiError::bad_request("the fake reads JSON and form bodies, not multipart"))
+    } else if kind.starts_with("multipart/form-data") {
+        // teloxide sends `setWebhook` this way, for the certificate it may carry.
+        multipart(request).await
     } else {
         match Bytes::from_request(request, &()).await {
             Ok(body) => Params::from_json(&body),
@@ -193,6 +199,23 @@ async fn read_params(request: Request) -> (Value, Result<Params, ApiError>) {
         }
         Err(error) => (Value::Null, Err(error)),
     }
+}
+
+/// The text fields of a multipart body; the fake takes no files.
+async fn multipart(request: Request) -> Result<Params, ApiError> {
+    let unreadable = |_| ApiError::bad_request("can't parse multipart body");
+    let mut form = Multipart::from_request(request, &())
+        .await
+        .map_err(|_| ApiError::bad_request("can't parse multipart body"))?;
+    let mut pairs = Vec::new();
+    while let Some(field) = form.next_field().await.map_err(unreadable)? {
+        if field.file_name().is_some() {
+            return Err(ApiError::bad_request("the fake takes no files"));
+        }
+        let name = field.name().unwrap_or_default().to_owned();
+        pairs.push((name, field.text().await.map_err(unreadable)?));
+    }
+    Ok(Params::from_pairs(pairs))
 }
 
 /// `{"ok": true, "result": <result>}` from the result's JSON text.

@@ -5,7 +5,7 @@
 //! polls, [`super::FakeTelegram::wait_sent`]) subscribe to a `watch` channel *before* looking at
 //! the state, so a change between their look and their wait still wakes them.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use serde_json::{Value, json};
@@ -23,7 +23,7 @@ const FIRST_UPDATE: i64 = 10_000;
 #[derive(Debug)]
 pub(crate) struct Shared {
     state: Mutex<State>,
-    /// Bumped whenever an update is queued.
+    /// Bumped whenever an update is queued, a webhook changes or a webhook post ends.
     pub updates: watch::Sender<u64>,
     /// Bumped whenever the bot sends a message.
     pub sent: watch::Sender<u64>,
@@ -78,12 +78,45 @@ pub(crate) struct Stored {
     pub json: Value,
 }
 
+/// An update not confirmed (polling) or not answered 2xx (webhook) yet.
+#[derive(Debug)]
+pub(crate) struct Queued {
+    pub id: i64,
+    /// Updates of one lane are posted to a webhook one at a time, in order.
+    pub lane: Lane,
+    /// The update, serialized once.
+    pub text: String,
+}
+
+/// What orders webhook posts: the chat, or the update alone when its chat cannot be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Lane {
+    Chat(i64),
+    Update(i64),
+}
+
+/// A webhook set with `setWebhook`.
+#[derive(Debug, Clone)]
+pub(crate) struct Webhook {
+    pub url: String,
+    pub secret: Option<String>,
+    pub max_connections: usize,
+    pub allowed_updates: Option<Vec<serde_json::Value>>,
+}
+
+impl Webhook {
+    /// A webhook at `url` with no secret and Telegram's defaults, set by a test.
+    pub(crate) fn unchecked(url: String) -> Webhook {
+        Webhook { url, secret: None, max_connections: 40, allowed_updates: None }
+    }
+}
+
 /// The queue, the chats, the knobs and the record.
 #[derive(Debug)]
 pub(crate) struct State {
     next_update: i64,
-    /// Unconfirmed updates, by ascending id, each serialized once.
-    queue: VecDeque<(i64, String)>,
+    /// Unconfirmed updates, by ascending id.
+    pub queue: VecDeque<Queued>,
     /// The message of every update ever queued, as JSON text, for redelivery.
     queued: HashMap<i64, String>,
     pub chats: HashMap<i64, Chat>,
@@ -97,7 +130,17 @@ pub(crate) struct State {
     pub offsets: Vec<Option<i64>>,
     pub faults: HashMap<String, VecDeque<TelegramFault>>,
     pub reject_markup: bool,
-    pub webhook: Option<String>,
+    pub webhook: Option<Webhook>,
+    /// Updates being posted to the webhook now.
+    pub in_flight: HashSet<i64>,
+    /// Updates whose last post failed: when to try again, and how many posts failed.
+    pub retry: HashMap<i64, (tokio::time::Instant, u32)>,
+    /// Updates the webhook answered 2xx, in the order it did.
+    pub delivered: Vec<i64>,
+    /// Every webhook post made: the update and the HTTP status (`None`: no answer).
+    pub posts: Vec<(i64, Option<u16>)>,
+    /// The last failed post, as `getWebhookInfo` reports it: unix time and description.
+    pub webhook_error: Option<(u64, String)>,
     pub commands: Value,
 }
 
@@ -118,6 +161,11 @@ impl Default for State {
             faults: HashMap::new(),
             reject_markup: false,
             webhook: None,
+            in_flight: HashSet::new(),
+            retry: HashMap::new(),
+            delivered: Vec::new(),
+            posts: Vec::new(),
+            webhook_error: None,
             commands: json!([]),
         }
     }
@@ -133,9 +181,22 @@ impl State {
     pub(crate) fn queue_text(&mut self, message: String) -> i64 {
         let id = self.next_update;
         self.next_update += 1;
-        self.queue.push_back((id, format!("{{\"update_id\":{id},\"message\":{message}}}")));
+        self.queue.push_back(queued(id, &message));
         self.queued.insert(id, message);
         id
+    }
+
+    /// Queues update `id` again, same id and all, as Telegram does when it is not sure the
+    /// first copy arrived; `false` if it was never queued. One still queued stays as it is.
+    pub(crate) fn repeat(&mut self, id: i64) -> bool {
+        let Some(message) = self.queued.get(&id) else {
+            return false;
+        };
+        if self.queue.iter().all(|q| q.id != id) {
+            let at = self.queue.iter().position(|q| q.id > id).unwrap_or(self.queue.len());
+            self.queue.insert(at, queued(id, message));
+        }
+        true
     }
 
     /// The message of update `id` as JSON text, if it was ever queued.
@@ -152,7 +213,7 @@ impl State {
                 self.queue.drain(..forget);
             }
             Some(offset) => {
-                while self.queue.front().is_some_and(|(id, _)| *id < offset) {
+                while self.queue.front().is_some_and(|q| q.id < offset) {
                     self.queue.pop_front();
                 }
             }
@@ -162,7 +223,7 @@ impl State {
 
     /// The first `limit` unconfirmed updates, serialized.
     pub(crate) fn batch(&self, limit: usize) -> Vec<&str> {
-        self.queue.iter().take(limit).map(|(_, update)| update.as_str()).collect()
+        self.queue.iter().take(limit).map(|q| q.text.as_str()).collect()
     }
 
     /// How many updates are not confirmed yet.
@@ -223,7 +284,25 @@ impl State {
         self.actions.clear();
         self.requests.clear();
         self.offsets.clear();
+        self.delivered.clear();
+        self.posts.clear();
     }
+}
+
+/// Update `id` with this `message` text, in the lane of its chat.
+fn queued(id: i64, message: &str) -> Queued {
+    #[derive(serde::Deserialize)]
+    struct Chat {
+        id: i64,
+    }
+    // Values read as raw text, so that a raw message with lone surrogates still finds its chat.
+    let fields: Option<HashMap<String, &serde_json::value::RawValue>> =
+        serde_json::from_str(message).ok();
+    let chat = fields.as_ref().and_then(|f| f.get("chat")).map(|chat| chat.get());
+    let lane = chat
+        .and_then(|chat| serde_json::from_str::<Chat>(chat).ok())
+        .map_or(Lane::Update(id), |chat| Lane::Chat(chat.id));
+    Queued { id, lane, text: format!("{{\"update_id\":{id},\"message\":{message}}}") }
 }
 
 #[cfg(test)]

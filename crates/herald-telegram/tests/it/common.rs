@@ -39,6 +39,15 @@ pub struct Running {
 impl Running {
     /// Starts the adapter with `settings`, resuming from `cursor`.
     pub fn start(settings: TelegramSettings, cursor: Option<String>) -> Running {
+        Running::start_with(settings, cursor, herald_core::Claims::solo())
+    }
+
+    /// Starts the adapter with `settings` and `claims`, resuming from `cursor`.
+    pub fn start_with(
+        settings: TelegramSettings,
+        cursor: Option<String>,
+        claims: herald_core::Claims,
+    ) -> Running {
         let (events_tx, events) = mpsc::channel(64);
         let (outbound_tx, outbound_rx) = mpsc::channel(64);
         let shutdown = CancellationToken::new();
@@ -48,7 +57,7 @@ impl Running {
             cursor,
             channel_cursors: Default::default(),
             kept: Default::default(),
-            claims: herald_core::Claims::solo(),
+            claims,
         };
         let task = tokio::spawn(TelegramAdapter::new(settings).run(ctx, shutdown.clone()));
         Running { events, outbound: Some(outbound_tx), shutdown, task }

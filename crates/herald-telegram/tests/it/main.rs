@@ -6,4 +6,6 @@ mod faults;
 mod lifecycle;
 mod poison;
 mod receive;
+mod replicas;
 mod reply;
+mod webhook;

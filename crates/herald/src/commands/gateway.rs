@@ -15,7 +15,7 @@ use herald_gateway::compress::CompressionSettings;
 use herald_gateway::{Gateway, GatewaySettings, Reloadable, history};
 use herald_slack::SlackAdapter;
 use herald_store::Store;
-use herald_telegram::{TelegramAdapter, TelegramSettings};
+use herald_telegram::TelegramAdapter;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -176,7 +176,7 @@ async fn start<A: Adapter, P: Provider + 'static>(
 fn telegram_adapter(section: &TelegramConfig) -> Result<TelegramAdapter, String> {
     let token = config::resolve(&section.token_env)
         .map_err(|missing| format!("{missing} (telegram.token_env names the variable)"))?;
-    Ok(TelegramAdapter::new(TelegramSettings::new(token.expose(), &section.api_url)))
+    Ok(TelegramAdapter::new(section.settings(&token)?))
 }
 
 /// The Discord adapter of `[discord]`, or why it cannot be built.

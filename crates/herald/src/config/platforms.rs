@@ -6,6 +6,7 @@ use herald_core::Platform;
 use herald_discord::DiscordSettings;
 use herald_gateway::{Access, DmPolicy};
 use herald_slack::{SLACK_API_URL, SlackSettings};
+use herald_telegram::{TelegramSettings, WebhookSettings, is_valid_secret};
 use serde::Deserialize;
 
 use super::{Secret, SecretRef};
@@ -80,6 +81,13 @@ pub struct TelegramConfig {
     pub require_mention: bool,
     /// Group chat ids the bot answers in (a forum topic counts as its group); empty: any.
     pub allowed_channels: Vec<String>,
+    /// The public URL Telegram posts updates to (webhook mode); unset: long polling.
+    pub webhook_url: Option<String>,
+    /// Where this replica's webhook listener binds, like `0.0.0.0:8443`.
+    pub webhook_listen: Option<String>,
+    /// The environment variable holding the webhook's secret token; unset: derived from the
+    /// bot token, the same on every replica.
+    pub webhook_secret_env: Option<String>,
 }
 
 impl Default for TelegramConfig {
@@ -91,7 +99,39 @@ impl Default for TelegramConfig {
             dm_policy: DmPolicy::Pair,
             require_mention: true,
             allowed_channels: Vec::new(),
+            webhook_url: None,
+            webhook_listen: None,
+            webhook_secret_env: None,
         }
+    }
+}
+
+impl TelegramConfig {
+    /// The adapter's settings, with `token` and the webhook secret read from the variables
+    /// the section names; why not, in one line.
+    pub fn settings(&self, token: &Secret) -> Result<TelegramSettings, String> {
+        let mut settings = TelegramSettings::new(token.expose(), &self.api_url);
+        let (Some(url), Some(listen)) = (&self.webhook_url, &self.webhook_listen) else {
+            return Ok(settings);
+        };
+        let listen = listen.trim().parse().map_err(|_| {
+            format!("telegram.webhook_listen `{listen}` is not IP:PORT, like \"0.0.0.0:8443\"")
+        })?;
+        let mut webhook = WebhookSettings::new(url, listen, token.expose());
+        if let Some(var) = &self.webhook_secret_env {
+            let secret = super::resolve(var)
+                .map_err(|missing| format!("{missing} (telegram.webhook_secret_env names it)"))?;
+            let secret = secret.expose().trim();
+            if !is_valid_secret(secret) {
+                return Err(format!(
+                    "the environment variable {var} does not hold a secret token Telegram \
+                     accepts: 1 to 256 of A-Z a-z 0-9 _ -"
+                ));
+            }
+            secret.clone_into(&mut webhook.secret);
+        }
+        settings.webhook = Some(webhook);
+        Ok(settings)
     }
 }
 

@@ -116,6 +116,9 @@ impl Config {
         let mut refs = vec![entry("model.api_key_env", &self.model.api_key_env, false)];
         if let Some(t) = &self.telegram {
             refs.push(entry("telegram.token_env", &t.token_env, true));
+            if let Some(var) = &t.webhook_secret_env {
+                refs.push(entry("telegram.webhook_secret_env", var, true));
+            }
         }
         if let Some(d) = &self.discord {
             refs.push(entry("discord.token_env", &d.token_env, true));

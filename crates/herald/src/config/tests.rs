@@ -372,4 +372,28 @@ fn the_store_is_a_file_or_a_postgres_url_without_its_password() {
     check_error("[store]\nurl = \"postgres://db\"\n", "store.url", 2, "names no database");
     let both = parse("[store]\npath = \"a.db\"\nurl = \"sqlite://b.db\"\n", file, &data);
     assert!(both.unwrap_err().to_string().contains("both path and url"));
+
+fn telegram_webhook_mode_needs_both_keys_and_an_https_url() {
+    let listen_only = "[telegram]\nwebhook_listen = \"0.0.0.0:8443\"\n";
+    check_error(listen_only, "telegram.webhook_listen", 2, "set both, or neither");
+    let url_only = "[telegram]\nwebhook_url = \"https://bot.example.com/telegram\"\n";
+    check_error(url_only, "telegram.webhook_url", 2, "set both, or neither");
+    let http = "[telegram]\nwebhook_url = \"http://bot.example.com/t\"\nwebhook_listen = \"0.0.0.0:8443\"\n";
+    check_error(http, "telegram.webhook_url", 2, "https");
+    let port =
+        "[telegram]\nwebhook_url = \"https://bot.example.com/t\"\nwebhook_listen = \"8443\"\n";
+    check_error(port, "telegram.webhook_listen", 3, "IP:PORT");
+    let secret = "[telegram]\nwebhook_secret_env = \"not a name\"\n";
+    check_error(secret, "telegram.webhook_secret_env", 2, "name of an environment variable");
+
+    let both = "[telegram]\nwebhook_url = \"https://bot.example.com/t\"\nwebhook_listen = \"0.0.0.0:8443\"\n";
+    let telegram = parsed(both).unwrap().telegram.unwrap();
+    let settings = telegram.settings(&Secret::new("123:abc")).unwrap();
+    let webhook = settings.webhook.unwrap();
+    assert_eq!(webhook.url, "https://bot.example.com/t");
+    assert_eq!(webhook.listen.to_string(), "0.0.0.0:8443");
+    assert_eq!(webhook.secret, herald_telegram::derived_secret("123:abc"));
+    assert!(!format!("{webhook:?}").contains(&webhook.secret));
+    let polling = parsed("[telegram]\n").unwrap().telegram.unwrap();
+    assert!(polling.settings(&Secret::new("123:abc")).unwrap().webhook.is_none());
 }

@@ -125,6 +125,43 @@ pub(crate) fn check(config: &Config, file: &Path, source: &str) -> Result<(), Co
         var("telegram.token_env", &t.token_env)?;
         url("telegram.api_url", &t.api_url, "https://api.telegram.org")?;
         channels("telegram.allowed_channels", &t.allowed_channels, "-1001234567890")?;
+        match (&t.webhook_url, &t.webhook_listen) {
+            (None, None) => {}
+            (Some(_), None) | (None, Some(_)) => {
+                let key = if t.webhook_url.is_none() {
+                    "telegram.webhook_listen"
+                } else {
+                    "telegram.webhook_url"
+                };
+                return Err(at(
+                    key,
+                    "webhook mode needs both telegram.webhook_url (the public URL) and \
+                     telegram.webhook_listen (where this replica listens); set both, or neither \
+                     to poll"
+                        .into(),
+                ));
+            }
+            (Some(url), Some(listen)) => {
+                if !is_webhook_url(url) {
+                    return Err(at(
+                        "telegram.webhook_url",
+                        format!(
+                            "`{url}` is not an https:// URL (Telegram posts only to https); \
+                             write it like \"https://bot.example.com/telegram\""
+                        ),
+                    ));
+                }
+                if listen.trim().parse::<std::net::SocketAddr>().is_err() {
+                    return Err(at(
+                        "telegram.webhook_listen",
+                        format!("`{listen}` is not IP:PORT; write it like \"0.0.0.0:8443\""),
+                    ));
+                }
+            }
+        }
+        if let Some(secret) = &t.webhook_secret_env {
+            var("telegram.webhook_secret_env", secret)?;
+        }
     }
     if let Some(d) = &config.discord {
         var("discord.token_env", &d.token_env)?;
@@ -171,6 +208,18 @@ fn is_http_url(value: &str) -> bool {
         let host = rest.split(['/', '?', '#']).next().unwrap_or("");
         !host.is_empty() && !value.contains(char::is_whitespace)
     })
+}
+
+/// An https URL, or http on loopback (a test behind a local balancer).
+fn is_webhook_url(value: &str) -> bool {
+    let lower = value.to_ascii_lowercase();
+    is_http_url(value)
+        && (lower.starts_with("https://")
+            || ["http://127.0.0.1", "http://localhost", "http://[::1]"].iter().any(|l| {
+                lower
+                    .strip_prefix(l)
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with([':', '/']))
+            }))
 }
 
 /// A portable environment variable name: `[A-Za-z_][A-Za-z0-9_]*`.
@@ -221,6 +270,17 @@ mod tests {
         }
         for bad in ["ftp://x", "api.openai.com", "https://", "http:///v1", "https://a b", ""] {
             assert!(!is_http_url(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn webhook_urls_are_https_or_loopback() {
+        for good in ["https://bot.example.com/telegram", "http://127.0.0.1:9000/t"] {
+            assert!(is_webhook_url(good), "{good}");
+        }
+        for bad in ["http://bot.example.com/t", "http://127.0.0.1.example.com/t", "bot.example.com"]
+        {
+            assert!(!is_webhook_url(bad), "{bad}");
         }
     }
 

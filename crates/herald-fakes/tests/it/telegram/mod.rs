@@ -5,6 +5,7 @@ mod control;
 mod faults;
 mod receive;
 mod send;
+mod webhook;
 
 use std::time::Duration;
 
