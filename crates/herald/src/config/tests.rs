@@ -372,7 +372,9 @@ fn the_store_is_a_file_or_a_postgres_url_without_its_password() {
     check_error("[store]\nurl = \"postgres://db\"\n", "store.url", 2, "names no database");
     let both = parse("[store]\npath = \"a.db\"\nurl = \"sqlite://b.db\"\n", file, &data);
     assert!(both.unwrap_err().to_string().contains("both path and url"));
+}
 
+#[test]
 fn telegram_webhook_mode_needs_both_keys_and_an_https_url() {
     let listen_only = "[telegram]\nwebhook_listen = \"0.0.0.0:8443\"\n";
     check_error(listen_only, "telegram.webhook_listen", 2, "set both, or neither");
