@@ -1,6 +1,7 @@
-//! Two adapters sharing the bot's two shards through claims, against the fake Discord with
-//! real serenity: each shard connected by the one adapter holding its claim, every message
-//! heard once, and a shard taken over by the other adapter with the gap fetched.
+//! Adapters sharing the bot's shards through claims, against the fake Discord with real
+//! serenity: each shard connected by the one adapter holding its claim, every message heard
+//! once, a shard taken over by another adapter with the gap fetched, and an adapter holding
+//! no shard connected for sending.
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
@@ -8,9 +9,12 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use herald_core::{Adapter, AdapterContext, AdapterEvent, Claim, Claimer, Claims, Inbound};
+use herald_core::{
+    Adapter, AdapterContext, AdapterEvent, ChatRef, Claim, Claimer, Claims, Inbound, Outbound,
+    Platform,
+};
 use herald_fakes::discord::{FakeDiscord, InboundMessage};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -109,7 +113,7 @@ impl Claimer for ReplicaClaims {
 /// One adapter, as one replica runs it.
 struct Replica {
     events: mpsc::Receiver<AdapterEvent>,
-    outbound: mpsc::Sender<herald_core::Outbound>,
+    outbound: mpsc::Sender<Outbound>,
     shutdown: CancellationToken,
     running: JoinHandle<Result<(), herald_core::AdapterError>>,
 }
@@ -255,4 +259,50 @@ async fn each_shard_is_connected_by_one_replica_and_moves_with_its_claim() {
 
     a.stop().await;
     b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replica_holding_no_shard_is_connected_and_sends() {
+    let fake = FakeDiscord::start().await;
+    let claims = TestClaims::new();
+    let mut idle = Replica::start(&fake, claims.replica(0), BTreeMap::new());
+    idle.connected().await;
+    assert!(fake.identifies().is_empty(), "no gateway connection without a shard");
+    let chat = ChatRef::direct(Platform::Discord, FakeDiscord::dm_channel(7).to_string());
+    let (done, sent) = oneshot::channel();
+    let send = Outbound::Send {
+        chat,
+        text: "from a replica without shards".into(),
+        reply_to: None,
+        answers: None,
+        key: None,
+        done: Some(done),
+    };
+    idle.outbound.send(send).await.unwrap();
+    sent.await.unwrap().unwrap();
+    assert_eq!(fake.sent()[0].content, "from a replica without shards");
+    idle.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replica_holding_no_shard_still_learns_of_a_refused_token() {
+    let fake = FakeDiscord::start().await;
+    let mut settings = DiscordSettings::new("not-the-token");
+    settings.api_url = Some(fake.api_url());
+    let (events, _events) = mpsc::channel(16);
+    let (_outbound, outbound) = mpsc::channel(16);
+    let ctx = AdapterContext {
+        events,
+        outbound,
+        cursor: None,
+        channel_cursors: BTreeMap::new(),
+        kept: BTreeMap::new(),
+        claims: TestClaims::new().replica(0),
+    };
+    let run = DiscordAdapter::new(settings).run(ctx, CancellationToken::new());
+    let refused = tokio::time::timeout(WAIT, run).await.expect("refused in time").unwrap_err();
+    assert_eq!(
+        refused.to_string(),
+        "discord refused the token: GET /users/@me answered 401 (unauthorized); check DISCORD_BOT_TOKEN"
+    );
 }
