@@ -152,6 +152,8 @@ pub(crate) async fn connect(
         };
         let retry_in = backoff(attempt, None, settings.max_backoff);
         attempt = attempt.saturating_add(1);
+        // Down until its next READY, whatever another shard reports meanwhile.
+        inner.shard_held(shard);
         let _ = inner.events.send(AdapterEvent::Retrying { error, retry_in }).await;
         tokio::select! {
             () = tokio::time::sleep(retry_in) => {}
