@@ -1,6 +1,7 @@
-//! What arrived while the bot could not hear it: after a start, or a session Discord would not
-//! resume, every channel the bot knows is read over REST from its cursor, and the messages are
-//! offered like live ones (the gateway's dedupe answers each once).
+//! What arrived while the bot could not hear it: after a start, a session Discord would not
+//! resume, or a shard taken over from another replica, every channel the bot knows on that
+//! shard is read over REST from its cursor, and the messages are offered like live ones (the
+//! gateway's dedupe answers each once).
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -17,9 +18,10 @@ const BACKFILL_AT_ONCE: usize = 4;
 const DISCORD_EPOCH_MS: u64 = 1_420_070_400_000;
 
 impl Inner {
-    /// Fetches what every known channel got since its cursor: after a start, and after a
-    /// session that could not be resumed (its dispatches are lost).
-    pub(crate) async fn backfill(self: Arc<Self>) {
+    /// Fetches what every known channel on `shard` got since its cursor: after a start, after
+    /// a session that could not be resumed (its dispatches are lost), and after this replica
+    /// took the shard over.
+    pub(crate) async fn backfill(self: Arc<Self>, shard: u32) {
         let channels: Vec<u64> = lock(&self.cursors).keys().copied().collect();
         if channels.is_empty() {
             return;
@@ -32,7 +34,11 @@ impl Inner {
                 && let Some(channel) = pending.next()
             {
                 let this = self.clone();
-                running.spawn(async move { this.backfill_channel(channel).await });
+                running.spawn(async move {
+                    if this.on_shard(channel, shard).await {
+                        this.backfill_channel(channel).await;
+                    }
+                });
             }
             if running.join_next().await.is_none() {
                 break;

@@ -1,11 +1,15 @@
-//! The adapter's run loop: the Gateway connection (serenity's client, started again after
-//! anything but a refusal), the intake task, and the senders serving the outbound channel.
+//! The adapter's run loop: the shards' Gateway connections (one serenity client per shard
+//! held, started again after anything but a refusal), the intake task, and the senders
+//! serving the outbound channel.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError, Weak};
 use std::time::Duration;
 
-use herald_core::{AdapterContext, AdapterError, AdapterEvent, Platform, backoff, serve_outbound};
+use herald_core::{
+    AdapterContext, AdapterError, AdapterEvent, Claim, Platform, backoff, serve_outbound,
+};
 use serenity::all::ShardId;
 use serenity::all::{
     Context, EventHandler, GatewayIntents, GuildChannel, Interaction, Message, Ready, ResumedEvent,
@@ -19,13 +23,14 @@ use serenity::http::{Http, HttpBuilder};
 use serenity::model::event::Event;
 use tokio::sync::Mutex;
 use tokio_util::sync::CancellationToken;
+use tokio_util::sync::CancellationToken as Stop;
 use tokio_util::task::AbortOnDropHandle;
 use tracing::{Instrument, debug, info, warn};
 
 use crate::DiscordSettings;
 use crate::commands;
 use crate::error::scrub;
-use crate::intake::{Bot, Incoming, Inner};
+use crate::intake::{Bot, Incoming, Inner, lock};
 use crate::send::Sender;
 
 /// How many outbound requests run at once.
@@ -47,12 +52,14 @@ pub(crate) async fn run(
     ctx: AdapterContext,
     shutdown: CancellationToken,
 ) -> Result<(), AdapterError> {
-    let AdapterContext { events, outbound, channel_cursors, kept, .. } = ctx;
+    let AdapterContext { events, outbound, channel_cursors, kept, claims, .. } = ctx;
     let http = Arc::new(http(&settings));
     let (inner, queue) =
         Inner::new(settings, http, events, &channel_cursors, kept, shutdown.clone());
     let _intake = AbortOnDropHandle::new(tokio::spawn(inner.clone().take(queue).in_current_span()));
-    let gateway = AbortOnDropHandle::new(tokio::spawn(connect(inner.clone()).in_current_span()));
+    let gateway = AbortOnDropHandle::new(tokio::spawn(
+        crate::shards::run(inner.clone(), claims).in_current_span(),
+    ));
     let gateway = async {
         gateway.await.unwrap_or_else(|join| {
             Err(AdapterError::Other(format!("the discord connection failed: {join}")))
@@ -85,23 +92,33 @@ fn http(settings: &DiscordSettings) -> Http {
     }
 }
 
-/// Keeps a Gateway connection until `shutdown`; returns an error only when Discord refused the
-/// token or the intents, which no retry can mend.
-async fn connect(inner: Arc<Inner>) -> Result<(), AdapterError> {
+/// Keeps shard `shard`'s Gateway connection until `shutdown` or until `claim` is lost (then
+/// closed at once); returns an error only when Discord refused the token or the intents,
+/// which no retry can mend.
+pub(crate) async fn connect(
+    inner: Arc<Inner>,
+    shard: u32,
+    claim: &Claim,
+) -> Result<(), AdapterError> {
     let settings = inner.settings.clone();
+    let total = settings.shards.max(1);
+    // Cancelled with the adapter or the claim: what the shard's handler and collector still
+    // hear after that is dropped, as it is another replica's now.
+    let stop = inner.shutdown.child_token();
+    let _stopping = stop.clone().drop_guard();
     let mut attempt = 0;
-    while !inner.shutdown.is_cancelled() {
-        let handler = Handler { inner: Arc::downgrade(&inner) };
+    while !inner.shutdown.is_cancelled() && !claim.is_lost() {
+        let handler = Handler { inner: Arc::downgrade(&inner), shard, stop: stop.clone() };
         let built =
             ClientBuilder::new_with_http(http(&settings), intents()).event_handler(handler).await;
         let error = match built {
             Ok(mut client) => {
                 let manager = client.shard_manager.clone();
                 let _watching = AbortOnDropHandle::new(tokio::spawn(
-                    watch(Arc::downgrade(&inner), manager.runners.clone()).in_current_span(),
+                    watch(Arc::downgrade(&inner), shard, manager.runners.clone()).in_current_span(),
                 ));
                 tokio::select! {
-                    result = client.start() => match result {
+                    result = client.start_shard(shard, total) => match result {
                         Ok(()) => return Ok(()),
                         Err(serenity::Error::Gateway(GatewayError::InvalidAuthentication)) => {
                             return Err(AdapterError::Unauthorized {
@@ -122,16 +139,26 @@ async fn connect(inner: Arc<Inner>) -> Result<(), AdapterError> {
                         manager.shutdown_all().await;
                         return Ok(());
                     }
+                    () = claim.lost() => {
+                        // Another replica may connect this shard now: two connections would
+                        // hear every message twice.
+                        stop.cancel();
+                        manager.shutdown_all().await;
+                        return Ok(());
+                    }
                 }
             }
             Err(e) => scrub(&e.to_string(), &settings.token),
         };
         let retry_in = backoff(attempt, None, settings.max_backoff);
         attempt = attempt.saturating_add(1);
+        // Down until its next READY, whatever another shard reports meanwhile.
+        inner.shard_held(shard);
         let _ = inner.events.send(AdapterEvent::Retrying { error, retry_in }).await;
         tokio::select! {
             () = tokio::time::sleep(retry_in) => {}
             () = inner.shutdown.cancelled() => {}
+            () = claim.lost() => {}
         }
     }
     Ok(())
@@ -144,7 +171,11 @@ const DOWN_AFTER: u32 = 3;
 
 /// Reports an outage the event handler never hears of: when a resume fails serenity starts
 /// the shard over without a stage update, and `/healthz` must not say "connected" meanwhile.
-async fn watch(inner: Weak<Inner>, runners: Arc<Mutex<HashMap<ShardId, ShardRunnerInfo>>>) {
+async fn watch(
+    inner: Weak<Inner>,
+    shard: u32,
+    runners: Arc<Mutex<HashMap<ShardId, ShardRunnerInfo>>>,
+) {
     let mut down = 0;
     loop {
         tokio::time::sleep(WATCH_EVERY).await;
@@ -158,8 +189,7 @@ async fn watch(inner: Weak<Inner>, runners: Arc<Mutex<HashMap<ShardId, ShardRunn
         if down == DOWN_AFTER {
             let stage = stage.map_or_else(|| "no shard running".to_owned(), |s| s.to_string());
             let error = format!("the gateway connection is down ({stage}); reconnecting");
-            let retry_in = WATCH_EVERY;
-            let _ = inner.events.send(AdapterEvent::Retrying { error, retry_in }).await;
+            inner.shard_down(shard, error).await;
         }
     }
 }
@@ -169,55 +199,68 @@ async fn watch(inner: Weak<Inner>, runners: Arc<Mutex<HashMap<ShardId, ShardRunn
 /// the adapter's event channel open, so the gateway would never learn the adapter stopped.
 struct Handler {
     inner: Weak<Inner>,
+    shard: u32,
+    stop: Stop,
+}
+
+impl Handler {
+    /// The adapter, while this shard's connection is still wanted.
+    fn live(&self) -> Option<Arc<Inner>> {
+        if self.stop.is_cancelled() { None } else { self.inner.upgrade() }
+    }
 }
 
 #[async_trait]
 impl EventHandler for Handler {
     async fn ready(&self, ctx: Context, ready: Ready) {
-        let Some(inner) = self.inner.upgrade() else { return };
+        let Some(inner) = self.live() else { return };
         let bot = Bot { id: ready.user.id, name: ready.user.name.clone() };
         *inner.bot.write().unwrap_or_else(PoisonError::into_inner) = Some(bot);
-        *inner.cache.write().unwrap_or_else(PoisonError::into_inner) = Some(ctx.cache.clone());
+        lock(&inner.caches).insert(self.shard, ctx.cache.clone());
         inner.http.set_application_id(ready.application.id);
         // Read in dispatch order by the shard itself, where the handler's tasks may swap two
         // messages; every new session (a fresh runner) needs it again.
         let collecting = Arc::downgrade(&inner);
+        let stop = self.stop.clone();
         ctx.shard.add_collector(CollectorCallback(Box::new(move |event| {
             let Some(inner) = collecting.upgrade() else { return false };
+            if stop.is_cancelled() {
+                return false;
+            }
             collect(&inner, event);
-            !inner.shutdown.is_cancelled()
+            true
         })));
-        info!(bot = %ready.user.name, "connected to Discord");
-        let _ = inner.events.send(AdapterEvent::Connected { bot: ready.user.name.clone() }).await;
-        tokio::spawn(inner.clone().backfill().in_current_span());
-        if inner.settings.register_commands {
+        info!(bot = %ready.user.name, shard = self.shard, "connected to Discord");
+        inner.shard_up(self.shard).await;
+        tokio::spawn(inner.clone().backfill(self.shard).in_current_span());
+        // Once per process: the set is the same whichever shard connects.
+        if inner.settings.register_commands && !inner.registering.swap(true, Ordering::Relaxed) {
             tokio::spawn(register(inner.clone()).in_current_span());
         }
     }
 
     async fn resume(&self, _ctx: Context, _event: ResumedEvent) {
-        debug!("the Discord session was resumed");
-        let Some(inner) = self.inner.upgrade() else { return };
-        if let Some(bot) = inner.bot() {
-            let _ = inner.events.send(AdapterEvent::Connected { bot: bot.name }).await;
+        debug!(shard = self.shard, "the Discord session was resumed");
+        if let Some(inner) = self.live() {
+            inner.shard_up(self.shard).await;
         }
     }
 
     async fn message(&self, _ctx: Context, message: Message) {
         // A copy the collector took first is dropped as seen.
-        if let Some(inner) = self.inner.upgrade() {
+        if let Some(inner) = self.live() {
             inner.offer(Incoming::Message(Box::new(message)));
         }
     }
 
     async fn interaction_create(&self, _ctx: Context, interaction: Interaction) {
-        if let (Interaction::Command(command), Some(inner)) = (interaction, self.inner.upgrade()) {
+        if let (Interaction::Command(command), Some(inner)) = (interaction, self.live()) {
             inner.offer(Incoming::Interaction(Box::new(command)));
         }
     }
 
     async fn thread_create(&self, _ctx: Context, thread: GuildChannel) {
-        if let (Some(parent), Some(inner)) = (thread.parent_id, self.inner.upgrade()) {
+        if let (Some(parent), Some(inner)) = (thread.parent_id, self.live()) {
             inner.thread_seen(thread.id.get(), parent.get());
         }
     }
@@ -225,9 +268,8 @@ impl EventHandler for Handler {
     async fn shard_stage_update(&self, _ctx: Context, event: ShardStageUpdateEvent) {
         if event.old == ConnectionStage::Connected && event.new != ConnectionStage::Connected {
             let error = format!("the gateway connection was lost ({})", event.new);
-            let retry_in = std::time::Duration::from_secs(1);
-            let Some(inner) = self.inner.upgrade() else { return };
-            let _ = inner.events.send(AdapterEvent::Retrying { error, retry_in }).await;
+            let Some(inner) = self.live() else { return };
+            inner.shard_down(self.shard, error).await;
         }
     }
 }
@@ -269,6 +311,8 @@ async fn register(inner: Arc<Inner>) {
             let _ = inner.events.send(keep).await;
         }
         Err(failure) => {
+            // The next connection tries again.
+            inner.registering.store(false, Ordering::Relaxed);
             warn!(
                 error = failure.text(),
                 "could not register the slash commands; typed commands still work"

@@ -3,6 +3,7 @@
 //! its channel's cursor moved once the gateway settled it and every older one.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -118,7 +119,14 @@ pub(crate) struct Inner {
     pub(crate) http: Arc<Http>,
     pub(crate) events: mpsc::Sender<AdapterEvent>,
     pub(crate) bot: RwLock<Option<Bot>>,
-    pub(crate) cache: RwLock<Option<Arc<Cache>>>,
+    /// Each connected shard's cache (of its servers), by shard id.
+    pub(crate) caches: Mutex<BTreeMap<u32, Arc<Cache>>>,
+    /// The server of every channel seen (`None`: a DM), to tell which shard's it is.
+    pub(crate) guilds: Mutex<HashMap<u64, Option<u64>>>,
+    /// The shards held here: connected (`true`) or not yet or no longer.
+    pub(crate) shards_up: Mutex<BTreeMap<u32, bool>>,
+    /// Whether the slash commands are being (or were) registered by this process.
+    pub(crate) registering: AtomicBool,
     pub(crate) places: Mutex<HashMap<u64, Place>>,
     pub(crate) commands: Mutex<HashMap<String, PendingCommand>>,
     /// What a thread opened on a message is named after: the message's text.
@@ -153,7 +161,10 @@ impl Inner {
             http,
             events,
             bot: RwLock::new(None),
-            cache: RwLock::new(None),
+            caches: Mutex::default(),
+            guilds: Mutex::default(),
+            shards_up: Mutex::default(),
+            registering: AtomicBool::new(false),
             places: Mutex::default(),
             commands: Mutex::default(),
             thread_names: Mutex::default(),
@@ -210,6 +221,7 @@ impl Inner {
             return;
         }
         let channel = message.channel_id.get();
+        lock(&self.guilds).insert(channel, message.guild_id.map(|guild| guild.get()));
         let chat = self.chat_of(message.channel_id, message.guild_id.is_some()).await;
         let roles = self.bot_roles(&message);
         let mentioned = message.mentions.iter().any(|user| user.id == bot.id)
@@ -311,10 +323,22 @@ impl Inner {
         if message.mention_roles.is_empty() && !message.content.contains("<@&") {
             return Vec::new();
         }
-        let cache = self.cache.read().unwrap_or_else(PoisonError::into_inner).clone();
-        let Some(cache) = cache else { return Vec::new() };
-        let Some(guild) = cache.guild(guild) else { return Vec::new() };
-        guild.roles.values().filter(|role| role.tags.bot_id == Some(bot.id)).map(|r| r.id).collect()
+        // The server is in the cache of the shard it is on; any shard's will do to find it.
+        let caches: Vec<Arc<Cache>> = lock(&self.caches).values().cloned().collect();
+        caches
+            .iter()
+            .find_map(|cache| {
+                let guild = cache.guild(guild)?;
+                Some(
+                    guild
+                        .roles
+                        .values()
+                        .filter(|role| role.tags.bot_id == Some(bot.id))
+                        .map(|r| r.id)
+                        .collect(),
+                )
+            })
+            .unwrap_or_default()
     }
 }
 

@@ -15,6 +15,7 @@ mod connect;
 mod error;
 mod intake;
 mod send;
+mod shards;
 mod slash;
 
 use std::time::Duration;
@@ -49,11 +50,15 @@ pub struct DiscordSettings {
     pub send_attempts: u32,
     /// The longest wait between two retries, and between two connection attempts.
     pub max_backoff: Duration,
+    /// How many shards the bot's servers are spread over (Discord's total shard count); each
+    /// is connected by the one replica holding its claim `discord:shard:{id}`.
+    pub shards: u32,
 }
 
 impl DiscordSettings {
     /// Settings with the defaults: Discord itself, no auto threads, 50 messages per channel
-    /// from the last day after a gap, commands registered, 5 send attempts, 30 s backoff cap.
+    /// from the last day after a gap, commands registered, 5 send attempts, 30 s backoff cap,
+    /// one shard.
     pub fn new(token: impl Into<String>) -> Self {
         DiscordSettings {
             token: token.into(),
@@ -65,6 +70,7 @@ impl DiscordSettings {
             register_commands: true,
             send_attempts: 5,
             max_backoff: Duration::from_secs(30),
+            shards: 1,
         }
     }
 }
@@ -82,6 +88,7 @@ impl std::fmt::Debug for DiscordSettings {
             .field("register_commands", &self.register_commands)
             .field("send_attempts", &self.send_attempts)
             .field("max_backoff", &self.max_backoff)
+            .field("shards", &self.shards)
             .finish()
     }
 }
@@ -126,5 +133,7 @@ impl Adapter for DiscordAdapter {
     }
 }
 
+#[cfg(test)]
+mod replicas;
 #[cfg(test)]
 mod smoke;

@@ -21,6 +21,9 @@ herald_test_bot, id 100000000000000001), and
   POST /_fake/forum_posts {\"guild_id\":7,\"forum_id\":9,\"name\":\"t\",\"author_id\":1,\"content\":\"hi\"}
                         -> {\"id\":\"...\"}   (the thread's id, also its starter message's)
   GET  /_fake/sent[?channel_id=N], /_fake/identifies, /_fake/typing
+  GET  /_fake/connections   -> [{\"shard\":[0,2]},...]   (open gateway connections)
+  POST /_fake/shards    {\"recommended\":2,\"required\":2}   (GET /gateway/bot's shards; fewer
+                        shards on IDENTIFY close 4011; either field optional)
   POST /_fake/close     {\"code\":4014}   (closes every gateway connection with that code)
   POST /_fake/reconnect (op 7), /_fake/invalid_session {\"resumable\":false} (op 9)
   POST /_fake/send_fault {\"kind\":\"too_many_requests\",\"retry_after\":1.5,\"global\":false}

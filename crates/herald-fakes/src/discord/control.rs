@@ -4,6 +4,9 @@
 //!   (and `reply_to`, a message id)
 //! - `GET /_fake/sent` (`?channel_id=N` for one channel), `GET /_fake/identifies`,
 //!   `GET /_fake/typing`
+//! - `GET /_fake/connections` → `[{"shard": [0, 2]}, ...]`: the open gateway connections
+//! - `POST /_fake/shards {"recommended": 2, "required": 2}` (either optional): the `shards` of
+//!   `GET /gateway/bot`, and the fewest shards an IDENTIFY may ask for (else 4011)
 //! - `POST /_fake/threads {"guild_id": 7, "parent_id": 8, "name": "t"}` → `{"id": "…"}`
 //! - `POST /_fake/forum_posts {"guild_id": 7, "forum_id": 9, "name": "t", "author_id": 1,
 //!   "content": "hi"}` → `{"id": "…"}` (the thread's and its starter message's)
@@ -39,6 +42,8 @@ pub(crate) fn routes() -> Router<Ctx> {
         .route("/_fake/messages", post(inject))
         .route("/_fake/sent", get(sent))
         .route("/_fake/identifies", get(identifies))
+        .route("/_fake/connections", get(connections))
+        .route("/_fake/shards", post(shards))
         .route("/_fake/close", post(close))
         .route("/_fake/typing", get(typing))
         .route("/_fake/threads", post(thread))
@@ -78,6 +83,28 @@ async fn sent(State(ctx): State<Ctx>, Query(query): Query<SentQuery>) -> Json<Ve
 
 async fn identifies(State(ctx): State<Ctx>) -> Json<Vec<Identify>> {
     Json(ctx.shared.lock().identifies.clone())
+}
+
+async fn connections(State(ctx): State<Ctx>) -> Json<Vec<Value>> {
+    let state = ctx.shared.lock();
+    Json(state.connections.values().map(|shard| json!({"shard": shard})).collect())
+}
+
+#[derive(Deserialize)]
+struct Shards {
+    recommended: Option<u64>,
+    required: Option<u64>,
+}
+
+async fn shards(State(ctx): State<Ctx>, Json(body): Json<Shards>) -> Json<Value> {
+    let mut state = ctx.shared.lock();
+    if let Some(shards) = body.recommended {
+        state.shards = shards;
+    }
+    if let Some(shards) = body.required {
+        state.required_shards = shards;
+    }
+    Json(json!({"ok": true}))
 }
 
 #[derive(Deserialize)]

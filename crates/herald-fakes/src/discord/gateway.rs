@@ -1,10 +1,15 @@
 //! The Gateway WebSocket at `/` (any query, like `?v=10&encoding=json`), JSON text frames:
-//! HELLO (op 10) on connect; IDENTIFY (op 2) → READY, or close 4004 for another token;
+//! HELLO (op 10) on connect; IDENTIFY (op 2) → READY, or close 4004 for another token, 4010 for
+//! a `shard` array that is not `[id, total]` with `id < total`, 4011 for fewer shards in all than
+//! the fake requires;
 //! HEARTBEAT (op 1) → HEARTBEAT_ACK (op 11) unless withheld; RESUME (op 6) → the dispatches after its `seq`,
 //! then RESUMED, or INVALID_SESSION (op 9, `d: false`) for a session the fake never gave;
 //! ops 3, 4, 8 and 31 accepted and ignored; any other op closes 4001; dispatches (op 0) with
-//! increasing `s` once identified or resumed; a close code on
+//! increasing `s` once identified or resumed, each only on its shard (a server's on shard
+//! `(guild_id >> 22) % total`, the rest on shard 0), as Discord routes them; a close code on
 //! [`super::FakeDiscord::close_with`].
+
+use std::sync::Arc;
 
 use axum::extract::State;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
@@ -14,7 +19,7 @@ use tokio::sync::broadcast::error::RecvError;
 
 use super::FakeDiscord;
 use super::server::Ctx;
-use super::state::{Event, Identify, bot_user};
+use super::state::{Event, Identify, Shared, UNSHARDED, bot_user, shard_of};
 
 /// Discord's heartbeat interval, in milliseconds.
 pub const HEARTBEAT_INTERVAL_MS: u64 = 41_250;
@@ -35,7 +40,49 @@ async fn close(socket: &mut WebSocket, code: u16, reason: &str) {
     let _ = socket.send(Message::Close(Some(frame))).await;
 }
 
+/// Takes a connection off the list of open ones when it ends, however it ends.
+struct Listed {
+    shared: Arc<Shared>,
+    number: u64,
+}
+
+impl Listed {
+    fn new(shared: &Arc<Shared>) -> Listed {
+        let mut state = shared.lock();
+        state.next_connection += 1;
+        Listed { shared: shared.clone(), number: state.next_connection }
+    }
+
+    /// Lists the connection as receiving the dispatches of `shard`.
+    fn receiving(&self, shard: [u64; 2]) {
+        self.shared.lock().connections.insert(self.number, shard);
+    }
+
+    fn deaf(&self) {
+        self.shared.lock().connections.remove(&self.number);
+    }
+}
+
+impl Drop for Listed {
+    fn drop(&mut self) {
+        self.deaf();
+    }
+}
+
+/// The `shard` array of an IDENTIFY: `Ok(None)` when absent, `Err` unless it is `[id, total]`
+/// with `id < total`.
+fn shard_field(d: &Value) -> Result<Option<[u64; 2]>, ()> {
+    let Some(array) = d.get("shard").filter(|s| !s.is_null()) else { return Ok(None) };
+    match array.as_array().map(|a| a.iter().map(Value::as_u64).collect::<Vec<_>>()).as_deref() {
+        Some([Some(id), Some(total)]) if id < total => Ok(Some([*id, *total])),
+        _ => Err(()),
+    }
+}
+
 async fn connection(ctx: Ctx, mut socket: WebSocket) {
+    let listed = Listed::new(&ctx.shared);
+    // Which dispatches this connection gets once identified or resumed.
+    let mut shard = UNSHARDED;
     // Subscribed before anything is read from the log, so no dispatch falls between the two.
     let mut events = ctx.shared.events.subscribe();
     // An upgraded socket outlives its HTTP connection task: it watches for going down itself.
@@ -80,18 +127,19 @@ async fn connection(ctx: Ctx, mut socket: WebSocket) {
                     }
                     // Nothing more until the client identifies or resumes again.
                     sent_up_to = None;
+                    listed.deaf();
                 }
                 Ok(Event::Dispatch(seq)) => {
                     // Sent from the log, so a lagged receiver or a replay never skips or repeats one.
                     if let Some(last) = sent_up_to.filter(|last| seq > *last) {
-                        let Some(now) = replay(&ctx, &mut socket, last).await else { return };
+                        let Some(now) = replay(&ctx, &mut socket, last, shard).await else { return };
                         sent_up_to = Some(now);
                     }
                 }
                 // Lagged: the log has every dispatch missed, send them now.
                 Err(RecvError::Lagged(_)) => {
                     if let Some(last) = sent_up_to {
-                        let Some(now) = replay(&ctx, &mut socket, last).await else { return };
+                        let Some(now) = replay(&ctx, &mut socket, last, shard).await else { return };
                         sent_up_to = Some(now);
                     }
                 }
@@ -122,15 +170,27 @@ async fn connection(ctx: Ctx, mut socket: WebSocket) {
                         let token = payload["d"]["token"].as_str().unwrap_or_default().to_owned();
                         let intents = payload["d"]["intents"].as_u64().unwrap_or(0);
                         let good = token.strip_prefix("Bot ").unwrap_or(&token) == FakeDiscord::TOKEN;
-                        let (session, seq, denied_content) = {
+                        let asked = shard_field(&payload["d"]);
+                        let (session, seq, denied_content, required) = {
                             let mut state = ctx.shared.lock();
-                            state.identifies.push(Identify { token, intents });
+                            let sent = asked.ok().flatten();
+                            state.identifies.push(Identify { token, intents, shard: sent });
                             // READY takes a sequence number of its own but is never replayed.
                             state.seq += 1;
-                            (state.new_session(), state.seq, state.message_content_denied)
+                            let session = state.new_session(sent.unwrap_or(UNSHARDED));
+                            (session, state.seq, state.message_content_denied, state.required_shards)
                         };
                         if !good {
                             close(&mut socket, 4004, "Authentication failed.").await;
+                            return;
+                        }
+                        let Ok(asked) = asked else {
+                            close(&mut socket, 4010, "Invalid shard.").await;
+                            return;
+                        };
+                        shard = asked.unwrap_or(UNSHARDED);
+                        if shard[1] < required {
+                            close(&mut socket, 4011, "Sharding required.").await;
                             return;
                         }
                         if denied_content && intents & MESSAGE_CONTENT != 0 {
@@ -144,11 +204,13 @@ async fn connection(ctx: Ctx, mut socket: WebSocket) {
                             "session_id": session,
                             "resume_gateway_url": ctx.gateway_url,
                             "application": {"id": FakeDiscord::BOT_ID.to_string(), "flags": 0},
+                            "shard": asked,
                         }});
                         if !send(&mut socket, &ready).await {
                             return;
                         }
-                                                sent_up_to = Some(seq);
+                        listed.receiving(shard);
+                        sent_up_to = Some(seq);
                     }
                     Some(6) => {
                         let d = &payload["d"];
@@ -157,19 +219,23 @@ async fn connection(ctx: Ctx, mut socket: WebSocket) {
                             close(&mut socket, 4004, "Authentication failed.").await;
                             return;
                         }
-                        let known = d["session_id"].as_str().is_some_and(|s| ctx.shared.lock().sessions.iter().any(|k| k == s));
-                        if !known {
+                        let known = d["session_id"].as_str().and_then(|s| {
+                            ctx.shared.lock().sessions.iter().find(|(k, _)| k == s).map(|(_, shard)| *shard)
+                        });
+                        let Some(known) = known else {
                             if !send(&mut socket, &json!({"op": 9, "s": null, "t": null, "d": false})).await {
                                 return;
                             }
                             continue;
-                        }
+                        };
+                        shard = known;
                         let after = d["seq"].as_u64().unwrap_or(0);
-                        let Some(last) = replay(&ctx, &mut socket, after).await else { return };
+                        let Some(last) = replay(&ctx, &mut socket, after, shard).await else { return };
                         let resumed = json!({"op": 0, "t": "RESUMED", "s": last, "d": {}});
                         if !send(&mut socket, &resumed).await {
                             return;
                         }
+                        listed.receiving(shard);
                         sent_up_to = Some(last);
                     }
                     // Presence and voice state updates, guild member requests, soundboard
@@ -185,14 +251,14 @@ async fn connection(ctx: Ctx, mut socket: WebSocket) {
     }
 }
 
-/// Sends every logged dispatch after `after`; the last seq sent (or `after`), `None` when the
-/// socket failed.
-async fn replay(ctx: &Ctx, socket: &mut WebSocket, after: u64) -> Option<u64> {
+/// Sends every logged dispatch of `shard` after `after`; the last seq looked at (or `after`),
+/// `None` when the socket failed.
+async fn replay(ctx: &Ctx, socket: &mut WebSocket, after: u64, shard: [u64; 2]) -> Option<u64> {
     let pending: Vec<(u64, Value)> =
         ctx.shared.lock().log.iter().filter(|(s, _)| *s > after).cloned().collect();
     let mut last = after;
     for (seq, payload) in pending {
-        if !send(socket, &payload).await {
+        if shard_of(&payload["d"], shard[1]) == shard[0] && !send(socket, &payload).await {
             return None;
         }
         last = seq;

@@ -13,10 +13,13 @@
 //!   `POST /interactions/{id}/{token}/callback` (once; then 400 code 40060), `POST
 //!   /webhooks/{app}/{token}` and `PATCH .../messages/@original`. Everything but `/gateway`,
 //!   the interaction callback and the webhooks wants `Authorization: Bot TOKEN`, else 401.
-//! - Gateway at `/` (JSON text frames): HELLO, IDENTIFY → READY (the intents recorded; 4004 for
-//!   another token), heartbeats ACKed, dispatches (MESSAGE_CREATE, THREAD_CREATE,
-//!   INTERACTION_CREATE, the bot's own posts too) with increasing `s`, RESUME → the dispatches
-//!   after its `seq` then RESUMED (op 9 for a session the fake does not know).
+//! - Gateway at `/` (JSON text frames): HELLO, IDENTIFY → READY (the intents and the `shard`
+//!   array recorded; 4004 for another token, 4010 for an invalid shard, 4011 for too few shards
+//!   when [`FakeDiscord::require_shards`] asks for more), heartbeats ACKed, dispatches
+//!   (MESSAGE_CREATE, THREAD_CREATE, INTERACTION_CREATE, the bot's own posts too) with
+//!   increasing `s`, each only on its shard (a server's on `(guild_id >> 22) % total`, DMs on
+//!   shard 0), RESUME → the dispatches of its shard after its `seq` then RESUMED (op 9 for a
+//!   session the fake does not know). [`FakeDiscord::connections`] lists the open ones.
 //! - Faults: [`FakeDiscord::close_with`] (any close code), [`FakeDiscord::reconnect`] (op 7),
 //!   [`FakeDiscord::invalid_session`] (op 9), [`FakeDiscord::drop_connections`] (no close
 //!   frame), [`FakeDiscord::set_offline`] (down for a while), [`FakeDiscord::deny_message_content`]
@@ -26,7 +29,8 @@
 //!   forum posts ([`FakeDiscord::create_forum_post`]), mentioning the bot, replying to a
 //!   message, or from a bot; slash commands with [`FakeDiscord::inject_command`].
 //! - The same controls over HTTP under `/_fake/` (for the `herald-fake-discord` binary):
-//!   `messages`, `threads`, `forum_posts`, `commands`, `sent`, `identifies`, `typing`,
+//!   `messages`, `threads`, `forum_posts`, `commands`, `sent`, `identifies`, `connections`,
+//!   `shards`, `typing`,
 //!   `interaction_responses`, `followups`, `close`, `reconnect`, `invalid_session`, `drop`,
 //!   `send_fault`, `message_content`, `heartbeat` (see the binary's `--help`).
 //!
@@ -181,9 +185,33 @@ impl FakeDiscord {
         }
     }
 
-    /// Every IDENTIFY received (token and intents), in order.
+    /// Every IDENTIFY received (token, intents and shard), in order.
     pub fn identifies(&self) -> Vec<Identify> {
         self.inner.shared.lock().identifies.clone()
+    }
+
+    /// The shard (`[id, total]`) of every open gateway connection that identified or resumed,
+    /// in the order they were opened; `[0, 1]` for one that sent no `shard` array.
+    pub fn connections(&self) -> Vec<[u64; 2]> {
+        self.inner.shared.lock().connections.values().copied().collect()
+    }
+
+    /// The `shards` `GET /gateway/bot` recommends (1 unless set).
+    pub fn set_shards(&self, shards: u64) {
+        self.inner.shared.lock().shards = shards;
+    }
+
+    /// An IDENTIFY with fewer than `shards` shards in all (or none: `[0, 1]`) is closed with
+    /// 4011, as Discord does for a bot in too many servers for its shard count.
+    pub fn require_shards(&self, shards: u64) {
+        self.inner.shared.lock().required_shards = shards;
+    }
+
+    /// A server id whose events go to shard `shard` of `total`, the `n`th of them: Discord
+    /// routes a server by its snowflake's timestamp, `(guild_id >> 22) % total`.
+    pub fn guild_on_shard(shard: u64, total: u64, n: u64) -> u64 {
+        let total = total.max(1);
+        ((1_000_000 + n) * total + shard % total) << 22 | 1
     }
 
     /// Closes every open gateway connection with close `code` (4004, 4014, 4000, ...).

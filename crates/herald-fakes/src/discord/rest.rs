@@ -57,7 +57,9 @@ async fn gateway_bot(State(ctx): State<Ctx>, headers: HeaderMap) -> Response {
     }
     let limit =
         json!({"total": 1000, "remaining": 999, "reset_after": 14_400_000, "max_concurrency": 1});
-    Json(json!({"url": ctx.gateway_url, "shards": 1, "session_start_limit": limit})).into_response()
+    let shards = ctx.shared.lock().shards.max(1);
+    Json(json!({"url": ctx.gateway_url, "shards": shards, "session_start_limit": limit}))
+        .into_response()
 }
 
 async fn me(headers: HeaderMap) -> Response {

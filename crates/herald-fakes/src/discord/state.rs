@@ -2,7 +2,7 @@
 //! the bot posted and what it identified with. One `std::sync::Mutex`, never held across an
 //! `.await`; gateway connections learn of new dispatches and faults through a broadcast channel.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -125,6 +125,18 @@ pub struct Identify {
     pub token: String,
     /// The intents bit set.
     pub intents: u64,
+    /// The `shard` array as sent (`[id, total]`), if any.
+    pub shard: Option<[u64; 2]>,
+}
+
+/// The shard a connection without a `shard` array is: the only one.
+pub(crate) const UNSHARDED: [u64; 2] = [0, 1];
+
+/// The shard that gets a dispatch, as Discord routes them: a server's events go to shard
+/// `(guild_id >> 22) % total`, everything else (DMs) to shard 0.
+pub(crate) fn shard_of(d: &Value, total: u64) -> u64 {
+    let guild = d["guild_id"].as_str().and_then(|g| g.parse::<u64>().ok());
+    guild.map_or(0, |guild| (guild >> 22) % total.max(1))
 }
 
 #[derive(Debug, Default)]
@@ -134,7 +146,16 @@ pub(crate) struct State {
     pub seq: u64,
     /// Every dispatch after READY, as (seq, full payload).
     pub log: Vec<(u64, Value)>,
-    pub sessions: Vec<String>,
+    /// Every session given, with its shard.
+    pub sessions: Vec<(String, [u64; 2])>,
+    /// The open connections that identified or resumed, by connection number: their shard.
+    pub connections: BTreeMap<u64, [u64; 2]>,
+    /// The number the next connection gets.
+    pub next_connection: u64,
+    /// The `shards` `GET /gateway/bot` recommends; 0 is 1.
+    pub shards: u64,
+    /// An IDENTIFY with fewer shards in all than this closes 4011 (sharding required).
+    pub required_shards: u64,
     pub identifies: Vec<Identify>,
     pub sent: Vec<SentMessage>,
     /// Every message in every channel, injected or posted, oldest first.
@@ -380,10 +401,10 @@ impl State {
         id
     }
 
-    /// A new session id, remembered for RESUME.
-    pub fn new_session(&mut self) -> String {
+    /// A new session id of `shard`, remembered for RESUME.
+    pub fn new_session(&mut self, shard: [u64; 2]) -> String {
         let session = format!("fake-session-{}", self.sessions.len() + 1);
-        self.sessions.push(session.clone());
+        self.sessions.push((session.clone(), shard));
         session
     }
 }

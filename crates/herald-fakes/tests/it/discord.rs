@@ -11,13 +11,13 @@ use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
-type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
+pub(crate) type Ws = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
-const WAIT: Duration = Duration::from_secs(5);
+pub(crate) const WAIT: Duration = Duration::from_secs(5);
 /// The intents herald asks for: guild messages, direct messages, message content.
-const INTENTS: u64 = (1 << 9) | (1 << 12) | (1 << 15);
+pub(crate) const INTENTS: u64 = (1 << 9) | (1 << 12) | (1 << 15);
 
-async fn connect(fake: &FakeDiscord) -> Ws {
+pub(crate) async fn connect(fake: &FakeDiscord) -> Ws {
     let url: Value = reqwest::get(format!("{}/api/v10/gateway", fake.api_url()))
         .await
         .unwrap()
@@ -29,7 +29,7 @@ async fn connect(fake: &FakeDiscord) -> Ws {
 }
 
 /// The next JSON frame.
-async fn next(ws: &mut Ws) -> Value {
+pub(crate) async fn next(ws: &mut Ws) -> Value {
     loop {
         match tokio::time::timeout(WAIT, ws.next()).await.unwrap().unwrap().unwrap() {
             Message::Text(text) => return serde_json::from_str(text.as_str()).unwrap(),
@@ -39,12 +39,12 @@ async fn next(ws: &mut Ws) -> Value {
     }
 }
 
-async fn send(ws: &mut Ws, payload: Value) {
+pub(crate) async fn send(ws: &mut Ws, payload: Value) {
     ws.send(Message::Text(payload.to_string().into())).await.unwrap();
 }
 
 /// The close code the server ends with.
-async fn close_code(ws: &mut Ws) -> u16 {
+pub(crate) async fn close_code(ws: &mut Ws) -> u16 {
     loop {
         match tokio::time::timeout(WAIT, ws.next()).await.unwrap() {
             Some(Ok(Message::Close(Some(frame)))) => return frame.code.into(),

@@ -8,6 +8,7 @@ mod context_window;
 mod control;
 mod defaults;
 mod discord;
+mod discord_shards;
 mod faults;
 mod script;
 mod slack;

@@ -159,6 +159,9 @@ pub struct DiscordConfig {
     pub backfill_max_age_s: u64,
     /// Register the slash commands with Discord at start (only when the set changed).
     pub register_commands: bool,
+    /// How many shards the bot's servers are spread over (1 to 1024); with replicas, each
+    /// shard is connected by the one replica holding it.
+    pub shards: u32,
 }
 
 impl Default for DiscordConfig {
@@ -174,6 +177,7 @@ impl Default for DiscordConfig {
             backfill_limit: 50,
             backfill_max_age_s: 24 * 3600,
             register_commands: true,
+            shards: 1,
         }
     }
 }
@@ -192,6 +196,7 @@ impl DiscordConfig {
             backfill_limit: u8::try_from(self.backfill_limit.clamp(1, 100)).unwrap_or(100),
             backfill_max_age: Duration::from_secs(self.backfill_max_age_s),
             register_commands: self.register_commands,
+            shards: self.shards,
             ..DiscordSettings::new(token.expose())
         }
     }

@@ -131,6 +131,7 @@ fn the_discord_section_maps_to_the_adapter_settings() {
         backfill_limit = 100
         backfill_max_age_s = 600
         register_commands = false
+        shards = 4
         "#,
     )
     .unwrap();
@@ -142,6 +143,7 @@ fn the_discord_section_maps_to_the_adapter_settings() {
     assert!(settings.auto_thread && !settings.register_commands);
     assert_eq!(settings.backfill_limit, 100);
     assert_eq!(settings.backfill_max_age, Duration::from_secs(600));
+    assert_eq!(settings.shards, 4);
     assert!(!format!("{settings:?}").contains("a-token"));
     let access = &config.access()[&Platform::Discord];
     assert!(access.lists("200000000000000001") && !access.require_mention);
@@ -242,6 +244,11 @@ fn value_problems_name_key_and_line() {
         let source = format!("[discord]\nbackfill_limit = {limit}\n");
         check_error(&source, "discord.backfill_limit", 2, "not between 1 and 100");
     }
+    for shards in ["0", "1025"] {
+        let source = format!("[discord]\nshards = {shards}\n");
+        check_error(&source, "discord.shards", 2, "not between 1 and 1024; use the count");
+    }
+    check_error("[discord]\nshards = -1\n", "discord.shards", 2, "");
     check_error(
         "[discord]\nbackfill_max_age_s = 0\n",
         "discord.backfill_max_age_s",

@@ -5,6 +5,10 @@ use std::path::Path;
 
 use super::{Config, ConfigError};
 
+/// The most shards `[discord] shards` may name: far past what a bot on one PostgreSQL needs,
+/// and a typo like 100000 is caught.
+const MAX_DISCORD_SHARDS: u32 = 1024;
+
 /// Returns the first problem in a parsed, resolved config.
 pub(crate) fn check(config: &Config, file: &Path, source: &str) -> Result<(), ConfigError> {
     let at = |key: &str, problem: String| ConfigError::at_key(file, source, key, problem);
@@ -178,6 +182,16 @@ pub(crate) fn check(config: &Config, file: &Path, source: &str) -> Result<(), Co
             ));
         }
         positive("discord.backfill_max_age_s", d.backfill_max_age_s, "86400")?;
+        if !(1..=MAX_DISCORD_SHARDS).contains(&d.shards) {
+            return Err(at(
+                "discord.shards",
+                format!(
+                    "{} is not between 1 and {MAX_DISCORD_SHARDS}; use the count Discord \
+                     recommends for the bot (1 for a bot in fewer than 2500 servers)",
+                    d.shards
+                ),
+            ));
+        }
     }
     if let Some(s) = &config.slack {
         var("slack.bot_token_env", &s.bot_token_env)?;
