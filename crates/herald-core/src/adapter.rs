@@ -109,6 +109,8 @@ pub struct AdapterContext {
     /// Names one replica at a time may hold (a poller, a shard): wait for the claim before
     /// using what it names, and stop when it is lost.
     pub claims: crate::Claims,
+    /// The saved positions as they are now, for an adapter that took a claim over.
+    pub positions: crate::Positions,
 }
 
 /// Why an adapter stopped for good.

@@ -4,6 +4,7 @@
 //! replicas on PostgreSQL hold them through the store, and a dead holder's claims pass to
 //! another replica.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -71,6 +72,39 @@ impl Claim {
     /// Whether the claim was lost.
     pub fn is_lost(&self) -> bool {
         self.lost.is_cancelled()
+    }
+}
+
+/// Reads a platform's saved channel positions again, as they are in the store now: a replica
+/// that takes a claim over resumes from where the previous holder got to, not from where it
+/// itself started.
+pub trait PositionSource: Send + Sync + 'static {
+    /// Every channel's saved position, by channel id.
+    fn channel_cursors(&self) -> Pin<Box<dyn Future<Output = BTreeMap<String, String>> + Send>>;
+}
+
+/// A shareable handle on a [`PositionSource`]; with none, nothing is read again.
+#[derive(Clone, Default)]
+pub struct Positions(Option<Arc<dyn PositionSource>>);
+
+impl fmt::Debug for Positions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Positions")
+    }
+}
+
+impl Positions {
+    /// Positions read from `source`.
+    pub fn new(source: impl PositionSource) -> Positions {
+        Positions(Some(Arc::new(source)))
+    }
+
+    /// Every channel's saved position now (none without a source, or when it cannot be read).
+    pub async fn channel_cursors(&self) -> BTreeMap<String, String> {
+        match &self.0 {
+            Some(source) => source.channel_cursors().await,
+            None => BTreeMap::new(),
+        }
     }
 }
 

@@ -19,7 +19,7 @@ pub use adapter::{
 };
 pub use chat::{ChatKind, ChatRef, SessionKey, UserRef};
 pub use chunk::chunk;
-pub use claims::{Claim, Claimer, Claims};
+pub use claims::{Claim, Claimer, Claims, PositionSource, Positions};
 pub use message::{Ack, Inbound, Outbound, SendError, SentId, backoff};
 pub use platform::{ParsePlatformError, Platform};
 pub use reply::{Placement, ReplyStyle};

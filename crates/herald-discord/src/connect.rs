@@ -52,13 +52,13 @@ pub(crate) async fn run(
     ctx: AdapterContext,
     shutdown: CancellationToken,
 ) -> Result<(), AdapterError> {
-    let AdapterContext { events, outbound, channel_cursors, kept, claims, .. } = ctx;
+    let AdapterContext { events, outbound, channel_cursors, kept, claims, positions, .. } = ctx;
     let http = Arc::new(http(&settings));
     let (inner, queue) =
         Inner::new(settings, http, events, &channel_cursors, kept, shutdown.clone());
     let _intake = AbortOnDropHandle::new(tokio::spawn(inner.clone().take(queue).in_current_span()));
     let gateway = AbortOnDropHandle::new(tokio::spawn(
-        crate::shards::run(inner.clone(), claims).in_current_span(),
+        crate::shards::run(inner.clone(), claims, positions).in_current_span(),
     ));
     let gateway = async {
         gateway.await.unwrap_or_else(|join| {

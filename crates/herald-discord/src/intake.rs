@@ -178,6 +178,19 @@ impl Inner {
         (Arc::new(inner), queue)
     }
 
+    /// Moves each channel's position to the saved one where that is further on, and learns
+    /// the channels only the saved positions know.
+    pub(crate) fn catch_up(&self, saved: BTreeMap<String, String>) {
+        let mut cursors = lock(&self.cursors);
+        for (channel, cursor) in saved {
+            let (Ok(channel), Ok(cursor)) = (channel.parse::<u64>(), cursor.parse::<u64>()) else {
+                continue;
+            };
+            let known = cursors.entry(channel).or_insert(cursor);
+            *known = (*known).max(cursor);
+        }
+    }
+
     pub(crate) fn bot(&self) -> Option<Bot> {
         self.bot.read().unwrap_or_else(PoisonError::into_inner).clone()
     }

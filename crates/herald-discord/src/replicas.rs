@@ -137,6 +137,7 @@ impl Replica {
             channel_cursors,
             kept: BTreeMap::new(),
             claims,
+            positions: herald_core::Positions::default(),
         };
         let shutdown = CancellationToken::new();
         let running = tokio::spawn(DiscordAdapter::new(settings).run(ctx, shutdown.clone()));
@@ -298,6 +299,7 @@ async fn a_replica_holding_no_shard_still_learns_of_a_refused_token() {
         channel_cursors: BTreeMap::new(),
         kept: BTreeMap::new(),
         claims: TestClaims::new().replica(0),
+        positions: herald_core::Positions::default(),
     };
     let run = DiscordAdapter::new(settings).run(ctx, CancellationToken::new());
     let refused = tokio::time::timeout(WAIT, run).await.expect("refused in time").unwrap_err();

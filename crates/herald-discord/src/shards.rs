@@ -8,7 +8,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, PoisonError};
 
-use herald_core::{AdapterError, AdapterEvent, Claim, Claims, Platform, backoff};
+use herald_core::{AdapterError, AdapterEvent, Claim, Claims, Platform, Positions, backoff};
 use serenity::all::Channel;
 use serenity::all::ChannelId;
 use serenity::http::HttpError;
@@ -21,7 +21,11 @@ use crate::intake::{Bot, Inner, lock};
 
 /// Runs every shard's task (and, when no shard was held at once, the REST identity check)
 /// until `shutdown`; an error only when Discord refused the token or the intents.
-pub(crate) async fn run(inner: Arc<Inner>, claims: Claims) -> Result<(), AdapterError> {
+pub(crate) async fn run(
+    inner: Arc<Inner>,
+    claims: Claims,
+    positions: Positions,
+) -> Result<(), AdapterError> {
     let total = inner.settings.shards.max(1);
     let mut tasks = JoinSet::new();
     let mut held_at_once = false;
@@ -39,7 +43,8 @@ pub(crate) async fn run(inner: Arc<Inner>, claims: Claims) -> Result<(), Adapter
             held_at_once = true;
             inner.shard_held(id);
         }
-        tasks.spawn(shard(inner.clone(), claims.clone(), id, first).in_current_span());
+        let positions = positions.clone();
+        tasks.spawn(shard(inner.clone(), claims.clone(), positions, id, first).in_current_span());
     }
     if !held_at_once {
         tasks.spawn(identify(inner.clone()).in_current_span());
@@ -64,16 +69,23 @@ fn hold(claims: Claims, id: u32) -> Pin<Box<dyn Future<Output = Claim> + Send>> 
 async fn shard(
     inner: Arc<Inner>,
     claims: Claims,
+    positions: Positions,
     id: u32,
     mut first: Option<Claim>,
 ) -> Result<(), AdapterError> {
     loop {
         let claim = match first.take() {
             Some(claim) => claim,
-            None => tokio::select! {
-                claim = hold(claims.clone(), id) => claim,
-                () = inner.shutdown.cancelled() => return Ok(()),
-            },
+            None => {
+                let claim = tokio::select! {
+                    claim = hold(claims.clone(), id) => claim,
+                    () = inner.shutdown.cancelled() => return Ok(()),
+                };
+                // Taken over: the previous holder moved the channels' positions on, and knew
+                // channels this replica never saw; the backfill after READY starts from there.
+                inner.catch_up(positions.channel_cursors().await);
+                claim
+            }
         };
         if inner.shutdown.is_cancelled() {
             return Ok(());

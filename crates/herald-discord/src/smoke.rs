@@ -36,6 +36,7 @@ async fn a_dm_comes_in_and_the_reply_goes_out_without_pings() {
         channel_cursors: Default::default(),
         kept: Default::default(),
         claims: herald_core::Claims::solo(),
+        positions: herald_core::Positions::default(),
     };
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(DiscordAdapter::new(settings).run(ctx, shutdown.clone()));

@@ -9,7 +9,7 @@ use std::time::Duration;
 use futures::stream::SelectAll;
 use futures::{FutureExt, StreamExt};
 use herald_agent::{Provider, ToolRegistry};
-use herald_core::{Adapter, AdapterContext, AdapterEvent, Claims, Platform};
+use herald_core::{Adapter, AdapterContext, AdapterEvent, Claims, Platform, Positions};
 use herald_store::{Store, StoreError};
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
@@ -23,7 +23,7 @@ use crate::link::{Link, PlatformState, PlatformStates};
 use crate::liveness::{BEATS_WAITING, Beat, Heartbeat, Started};
 use crate::metrics::Metrics;
 use crate::outbox::{Backlog, Outbox};
-use crate::replicas::{self, Found, StoreClaims};
+use crate::replicas::{self, Found, SavedPositions, StoreClaims};
 use crate::router::{Event, Router};
 use crate::settings::GatewaySettings;
 use crate::shared::Shared;
@@ -130,6 +130,7 @@ impl<P: Provider + 'static> Gateway<P> {
             channel_cursors: saved.channels,
             kept: saved.kept,
             claims: self.claims.clone(),
+            positions: Positions::new(SavedPositions { store: self.store.clone(), platform }),
         };
         let stop = self.stop_adapters.clone();
         self.adapters.spawn(async move {

@@ -5,11 +5,12 @@
 //!
 //! Claims for adapters (the Telegram poller, Discord shards) come from the store too.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
-use herald_core::{Claim, Claimer, SessionKey};
+use herald_core::{Claim, Claimer, Platform, PositionSource, SessionKey};
 use herald_store::{Session, Store};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -141,6 +142,28 @@ impl Claimer for StoreClaims {
                     }
                 }
                 tokio::time::sleep(CLAIM_RETRY).await;
+            }
+        })
+    }
+}
+
+/// A platform's channel positions as the store holds them now (any replica may have saved
+/// them).
+pub(crate) struct SavedPositions {
+    pub(crate) store: Store,
+    pub(crate) platform: Platform,
+}
+
+impl PositionSource for SavedPositions {
+    fn channel_cursors(&self) -> Pin<Box<dyn Future<Output = BTreeMap<String, String>> + Send>> {
+        let (store, platform) = (self.store.clone(), self.platform);
+        Box::pin(async move {
+            match crate::cursors::load(&store, platform).await {
+                Ok(saved) => saved.channels,
+                Err(e) => {
+                    warn!(%platform, error = %e, "could not read the saved channel positions again");
+                    BTreeMap::new()
+                }
             }
         })
     }

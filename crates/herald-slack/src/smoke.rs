@@ -50,6 +50,7 @@ fn launch(settings: SlackSettings) -> Launched {
         channel_cursors: Default::default(),
         kept: Default::default(),
         claims: herald_core::Claims::solo(),
+        positions: herald_core::Positions::default(),
     };
     let shutdown = CancellationToken::new();
     let running = tokio::spawn(SlackAdapter::new(settings).run(ctx, shutdown.clone()));

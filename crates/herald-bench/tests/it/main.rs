@@ -36,8 +36,8 @@ impl Worker {
     pub fn start(db: &Path, chats: u32, turns: u32) -> Worker {
         let mut child = bench()
             .arg("worker")
-            .arg("--db")
-            .arg(db)
+            .arg("--url")
+            .arg(format!("sqlite://{}", db.display()))
             .args(["--chats", &chats.to_string(), "--turns", &turns.to_string(), "--print-acks"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

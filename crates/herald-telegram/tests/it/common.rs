@@ -58,6 +58,7 @@ impl Running {
             channel_cursors: Default::default(),
             kept: Default::default(),
             claims,
+            positions: herald_core::Positions::default(),
         };
         let task = tokio::spawn(TelegramAdapter::new(settings).run(ctx, shutdown.clone()));
         Running { events, outbound: Some(outbound_tx), shutdown, task }
