@@ -70,17 +70,26 @@ impl Poller {
             return Ok(());
         };
         let mut offset = parse_cursor(cursor);
+        let mut paused = false;
         loop {
             let claim = tokio::select! {
                 _ = self.link.shutdown.cancelled() => break,
                 claim = claims.hold(POLLER_CLAIM) => claim,
             };
+            // Polling again after a pause: the health that said "retrying" says so.
+            if std::mem::take(&mut paused) {
+                info!(bot = %me.username, "telegram polling resumed: this replica holds the poller claim");
+                if !self.link.emit(AdapterEvent::Connected { bot: me.username.clone() }).await {
+                    break;
+                }
+            }
             // A poller that lost its claim keeps its offset: below what the next poller
             // confirmed it is harmless (Telegram forgot those updates), and it is never above.
             match self.poll(&me, &mut offset, &claim).await {
                 Polled::Stopped => break,
                 Polled::Refused(detail) => return Err(unauthorized(detail)),
                 Polled::Lost => {
+                    paused = true;
                     info!("telegram polling paused: {LOST}");
                     let event =
                         AdapterEvent::Retrying { error: LOST.to_owned(), retry_in: Duration::ZERO };

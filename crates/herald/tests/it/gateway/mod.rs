@@ -12,6 +12,7 @@ mod notify;
 mod poison;
 mod process;
 mod reload;
+mod replicas;
 mod restart;
 mod slack;
 
