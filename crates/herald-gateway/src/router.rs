@@ -216,7 +216,10 @@ impl<P: Provider + 'static> Router<P> {
                 None => {
                     let lock = match self.shared.store.lock_session(key.as_str()).await {
                         Ok(Some(lock)) => lock,
-                        Ok(None) => return self.elsewhere(&key, input).await,
+                        Ok(None) => {
+                            debug!(key = %key, "another replica runs this session");
+                            return self.elsewhere(&key, input).await;
+                        }
                         Err(e) => {
                             // Unsettled, a message is delivered again; the sweep comes back
                             // for what waits in the store.
@@ -299,6 +302,7 @@ impl<P: Provider + 'static> Router<P> {
         if self.workers.contains_key(&key) || !self.shared.links.contains_key(&chat.platform) {
             return;
         }
+        info!(key = %key, session = %session.id, "a message is left unanswered; answering it here if no replica runs its session");
         self.dispatch(key, Input::Resume(chat, user)).await;
     }
 

@@ -100,8 +100,12 @@ impl<P: Provider + 'static> Worker<P> {
         let mut told_idle = false;
         let mut lost = false;
         // What waits in the store for this key goes first: it arrived before anything the
-        // router hands over from now on.
+        // router hands over from now on. A replica that died in the middle of a turn left its
+        // message unanswered: whoever holds the session next answers it first.
         self.pull().await;
+        if self.shared.store.is_shared() && self.queue.is_empty() && self.left_unanswered().await {
+            self.queue.push_back(Pending::Resume);
+        }
         loop {
             if turn.is_none() && !closed {
                 turn = self.start_next().await;
@@ -334,7 +338,9 @@ impl<P: Provider + 'static> Worker<P> {
                     }
                 }
                 Pending::Resume => {
-                    if self.session_or_log().await {
+                    // Asked for twice (the sweep, and this worker's own look at the session
+                    // when it started), or answered meanwhile: answered once.
+                    if self.left_unanswered().await && self.session_or_log().await {
                         return Some(self.spawn_turn(Vec::new(), None));
                     }
                 }

@@ -173,7 +173,7 @@ impl Replicas {
     }
 
     fn discord_message(&self, user: u64, text: &str) -> InboundMessage {
-        if user % 2 == 0 {
+        if user.is_multiple_of(2) {
             return InboundMessage::dm(user, text);
         }
         let guild = FakeDiscord::guild_on_shard(1, SHARDS, user);
@@ -208,6 +208,50 @@ impl Replicas {
         self.answers().values().all(|got| got.len() >= n)
     }
 
+    /// Waits until every chat has at least `n` answers; on failure names the chats short of it.
+    async fn until_answered(&mut self, n: usize, what: &str) {
+        let started = Instant::now();
+        while !self.answered(n) {
+            if started.elapsed() > PATIENCE {
+                let short: Vec<String> = self
+                    .answers()
+                    .into_iter()
+                    .filter(|(_, got)| got.len() < n)
+                    .map(|(chat, got)| format!("{chat}: {got:?}"))
+                    .collect();
+                let ids: Vec<String> = short
+                    .iter()
+                    .filter_map(|c| c.split([' ', ':']).nth(1).map(str::to_owned))
+                    .collect();
+                let mut related = String::new();
+                for (i, process) in self.processes.iter().enumerate() {
+                    for line in process.logs().lines() {
+                        if !line.contains("Sequence off")
+                            && ids.iter().any(|id| line.contains(id.as_str()))
+                        {
+                            related.push_str(&format!("[{i}] {line}\n"));
+                        }
+                    }
+                }
+                let store = Store::open(self.store.clone()).await.unwrap();
+                let mut stored = String::new();
+                for session in store.list_sessions(&Default::default()).await.unwrap() {
+                    let key = session.session_key.clone().unwrap_or_default();
+                    if ids.iter().any(|id| key.contains(id.as_str())) {
+                        let history = store.history(&session.id).await.unwrap();
+                        let texts: Vec<&str> = history.iter().map(|m| m.content.as_str()).collect();
+                        stored.push_str(&format!("{key}: {texts:?}\n"));
+                    }
+                }
+                let undelivered = store.undelivered().await.unwrap();
+                let queued = store.queued_inbound().await.unwrap();
+                stored.push_str(&format!("undelivered: {undelivered:?}\nqueued: {queued:?}\n"));
+                panic!("{what}: short of {n} answers: {short:#?}\n{stored}\n{related}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Checks that every chat got `echo: <chat> m0..mN` in order; answers that came twice in a
     /// row (a reply resent after its replica died between sending and recording it) are
     /// counted and returned.
@@ -217,6 +261,7 @@ impl Replicas {
             let mut deduped: Vec<String> = Vec::new();
             for text in got {
                 if deduped.last() == Some(&text) {
+                    eprintln!("sent twice: {chat}: {text}");
                     repeated += 1;
                 } else {
                     deduped.push(text);
@@ -233,8 +278,7 @@ impl Replicas {
     async fn converse(&mut self, from: usize, to: usize) {
         for m in from..to {
             self.send_round(m);
-            self.until(&format!("round {m} was not answered everywhere"), |r| r.answered(m + 1))
-                .await;
+            self.until_answered(m + 1, &format!("round {m} was not answered everywhere")).await;
         }
     }
 
@@ -280,7 +324,7 @@ async fn a_replica_killed_mid_load_leaves_nothing_unanswered_or_answered_twice()
     r.until("round 3 never reached the model", |r| r.model.request_count() >= 50 * 3 + 10).await;
     r.processes[0].signal("KILL");
     let killed_at = Instant::now();
-    r.until("round 3 was not answered after the kill", |r| r.answered(4)).await;
+    r.until_answered(4, "round 3 was not answered after the kill").await;
     r.model.set_latency(Duration::ZERO);
     r.converse(4, 10).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
