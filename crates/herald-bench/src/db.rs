@@ -124,6 +124,13 @@ impl StoreArgs {
     }
 }
 
+impl StoreArgs {
+    /// Default options for the store at `url`.
+    pub fn for_url(url: &str) -> StoreOptions {
+        StoreArgs { store: None, busy_timeout_ms: 1000, write_patience_ms: 20_000 }.options(url)
+    }
+}
+
 /// The PostgreSQL password, from the environment.
 fn password() -> Option<String> {
     std::env::var(herald_store::scratch::PASSWORD_VAR).ok().filter(|p| !p.is_empty())

@@ -2,7 +2,6 @@
 //! herald's alone, not the fake platform's: the real adapter and gateway over a store, with a
 //! model that answers at once, until its stdin closes.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -11,8 +10,8 @@ use herald_core::Platform;
 use herald_discord::{DiscordAdapter, DiscordSettings};
 use herald_gateway::{Access, Gateway, GatewaySettings, history};
 use herald_slack::{SlackAdapter, SlackSettings};
-use herald_store::{Store, StoreOptions};
-use herald_telegram::{TelegramAdapter, TelegramSettings};
+use herald_store::Store;
+use herald_telegram::{TelegramAdapter, TelegramSettings, WebhookSettings};
 
 use super::BenchPlatform;
 use tokio::io::AsyncReadExt;
@@ -27,9 +26,16 @@ pub struct DaemonArgs {
     /// The fake platform's API root, one per `--platform`.
     #[arg(long)]
     pub api_url: Vec<String>,
-    /// The database file.
+    /// The store's URL (sqlite://PATH or postgres://...; the password from
+    /// HERALD_STORE_PASSWORD).
     #[arg(long)]
-    pub db: PathBuf,
+    pub store: String,
+    /// Telegram in webhook mode: the public URL (the balancer's).
+    #[arg(long)]
+    pub webhook_url: Option<String>,
+    /// Telegram in webhook mode: where this process listens.
+    #[arg(long)]
+    pub webhook_listen: Option<std::net::SocketAddr>,
     /// The bot token the fake accepts, one per `--platform`.
     #[arg(long)]
     pub token: Vec<String>,
@@ -55,7 +61,8 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
         args.api_url.len() == args.platform.len() && args.token.len() == args.platform.len(),
         "one --api-url and one --token for each --platform"
     );
-    let store = Store::open(StoreOptions::new(&args.db)).await.context("opening the store")?;
+    let options = crate::db::StoreArgs::for_url(&args.store);
+    let store = Store::open(options).await.context("opening the store")?;
     let everyone = Access { allowed_users: vec!["*".into()], ..Access::default() };
     let mut settings = GatewaySettings::new("You are Herald.", "instant");
     for platform in &args.platform {
@@ -74,6 +81,9 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
             BenchPlatform::Telegram => {
                 let mut telegram = TelegramSettings::new(token, api_url);
                 telegram.poll_timeout = Duration::from_secs(5);
+                if let (Some(url), Some(listen)) = (&args.webhook_url, args.webhook_listen) {
+                    telegram.webhook = Some(WebhookSettings::new(url, listen, token));
+                }
                 gateway.add_adapter(TelegramAdapter::new(telegram)).await?;
             }
             BenchPlatform::Discord => {

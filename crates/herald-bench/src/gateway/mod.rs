@@ -24,7 +24,7 @@ use serde::Serialize;
 use tokio::process::Command;
 
 use crate::Outcome;
-use crate::db::ScratchDb;
+use crate::db::{Place, StoreArgs};
 use crate::stats::{Latencies, rate, round};
 pub use fake::BenchPlatform;
 use fake::Fake;
@@ -45,6 +45,13 @@ pub struct GatewayArgs {
     /// The database file (default: a temporary one).
     #[arg(long)]
     pub db: Option<PathBuf>,
+    /// Gateway processes sharing the store (PostgreSQL only beyond 1; Telegram then runs in
+    /// webhook mode behind a round-robin balancer). The run first measures one replica the
+    /// same way, then all of them, a line each.
+    #[arg(long, default_value_t = 1)]
+    pub replicas: u32,
+    #[command(flatten)]
+    pub store: StoreArgs,
     /// The platform the chats write on.
     #[arg(long, value_enum, default_value_t = BenchPlatform::Telegram)]
     pub platform: BenchPlatform,
@@ -54,6 +61,8 @@ pub struct GatewayArgs {
 struct GatewayLine {
     scenario: &'static str,
     platform: BenchPlatform,
+    store: &'static str,
+    replicas: u32,
     chats: u32,
     messages: u32,
     offered_per_s: u32,
@@ -106,39 +115,102 @@ impl Acks {
     }
 }
 
+/// A port nobody listens on right now, for a replica's webhook listener.
+fn free_port() -> anyhow::Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.port())
+}
+
 /// The first chat's user id (clear of the fake bot's own id).
 const FIRST_USER: i64 = 100_000;
 /// How long the run waits for a reply before it reports what is missing.
 const STALL: Duration = Duration::from_secs(30);
 
-/// Runs the scenario.
+/// Runs the scenario; with several replicas, first with one the same way.
 pub async fn run(args: GatewayArgs) -> anyhow::Result<Outcome> {
-    let scratch = ScratchDb::resolve(args.db.clone(), "gateway")?;
+    if args.replicas <= 1 {
+        let place = args.store.place(args.db.clone(), "gateway.db").await?;
+        return measure(&args, &place, 1, false).await;
+    }
+    anyhow::ensure!(
+        args.store.is_postgres(),
+        "--replicas {} needs a shared store: --store postgres://...",
+        args.replicas
+    );
+    anyhow::ensure!(
+        args.platform == BenchPlatform::Telegram,
+        "--replicas is measured on --platform telegram (webhook mode behind a balancer)"
+    );
+    let one = measure(&args, &args.store.place(None, "gateway.db").await?, 1, true).await?;
+    let all =
+        measure(&args, &args.store.place(None, "gateway.db").await?, args.replicas, true).await?;
+    Ok(Outcome { line: format!("{}\n{}", one.line, all.line), ok: one.ok && all.ok })
+}
+
+/// The gateway processes of one measurement, stopped when dropped.
+struct Daemons {
+    children: Vec<tokio::process::Child>,
+    stops: Vec<tokio::process::ChildStdin>,
+}
+
+/// One measurement: `replicas` gateway processes on the store at `place`; Telegram through a
+/// webhook and a balancer when `webhook`.
+async fn measure(
+    args: &GatewayArgs,
+    place: &Place,
+    replicas: u32,
+    webhook: bool,
+) -> anyhow::Result<Outcome> {
     let fakes = Fake::start(args.platform).await;
     let exe = std::env::current_exe().context("could not find this binary to spawn the gateway")?;
-    let mut daemon = Command::new(exe);
-    daemon.arg("gateway-daemon").arg("--db").arg(scratch.path());
-    for fake in &fakes {
-        daemon
-            .args(["--platform", fake.platform().name()])
-            .args(["--api-url", &fake.api_url()])
-            .args(["--token", fake.token()]);
-        if let Some(app_token) = fake.app_token() {
-            daemon.args(["--app-token", app_token]);
+    let ports: Vec<u16> = (0..replicas).map(|_| free_port()).collect::<anyhow::Result<_>>()?;
+    let balancer = match webhook {
+        true => {
+            let backends = ports.iter().map(|p| format!("http://127.0.0.1:{p}")).collect();
+            Some(herald_fakes::balancer::Balancer::start(backends).await?)
+        }
+        false => None,
+    };
+    let mut daemons = Daemons { children: Vec::new(), stops: Vec::new() };
+    for port in &ports {
+        let mut daemon = Command::new(&exe);
+        daemon.arg("gateway-daemon").args(["--store", &place.url()]);
+        if let Some(balancer) = &balancer {
+            daemon
+                .args(["--webhook-url", &format!("{}/telegram", balancer.url())])
+                .args(["--webhook-listen", &format!("127.0.0.1:{port}")]);
+        }
+        for fake in &fakes {
+            daemon
+                .args(["--platform", fake.platform().name()])
+                .args(["--api-url", &fake.api_url()])
+                .args(["--token", fake.token()]);
+            if let Some(app_token) = fake.app_token() {
+                daemon.args(["--app-token", app_token]);
+            }
+        }
+        let mut daemon = daemon
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .context("could not spawn the gateway process")?;
+        daemons.stops.push(daemon.stdin.take().context("the gateway process has no stdin")?);
+        daemons.children.push(daemon);
+    }
+    if let (Some(Fake::Telegram(telegram)), true) = (fakes.first(), webhook) {
+        let started = Instant::now();
+        while telegram.webhook_url().is_none() {
+            anyhow::ensure!(started.elapsed() < Duration::from_secs(30), "no webhook was set");
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
-    let mut daemon = daemon
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .context("could not spawn the gateway process")?;
-    let stop = daemon.stdin.take().context("the gateway process has no stdin")?;
-    let pid = daemon.id().context("the gateway process has no pid")?;
+    let pids: Vec<u32> = daemons.children.iter().filter_map(tokio::process::Child::id).collect();
+    let daemon = &mut daemons.children[0];
     let mut seen = Vec::with_capacity(fakes.len());
     for fake in &fakes {
-        fake.wait_connected(&mut daemon).await?;
+        fake.wait_connected(daemon).await?;
         // Warm up: one message through, so connection set-up is not measured.
         fake.dm(1, "warm-up");
         let warm = fake.wait_sent_after(0, Duration::from_secs(30)).await;
@@ -200,14 +272,19 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<Outcome> {
     let elapsed = started.elapsed().as_secs_f64();
     let injected = injector.await.context("the injector failed")?;
     // The high-water mark, read before the process goes.
-    let peak_rss = peak_rss_mb(pid);
+    let peak_rss = pids.iter().map(|pid| peak_rss_mb(*pid)).fold(0.0, f64::max);
     let mut acks = None;
     for fake in &fakes {
         acks = acks.or(fake.deliveries().await.map(|deliveries| Acks::of(&deliveries)));
     }
-    drop(stop);
-    let status = daemon.wait().await.context("the gateway process was lost")?;
-    anyhow::ensure!(status.success(), "the gateway process exited with {status}");
+    drop(daemons.stops);
+    for daemon in &mut daemons.children {
+        let status = daemon.wait().await.context("a gateway process was lost")?;
+        anyhow::ensure!(status.success(), "a gateway process exited with {status}");
+    }
+    if let Some(balancer) = balancer {
+        balancer.shutdown();
+    }
 
     // The first copy of each reply counts; a second one is a doubled answer, one on another
     // platform than its message's a crossed one (and not an answer).
@@ -240,6 +317,8 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<Outcome> {
     let line = GatewayLine {
         scenario: "gateway",
         platform: args.platform,
+        store: place.backend(),
+        replicas,
         chats: args.chats,
         messages: args.messages,
         offered_per_s: args.rate,
