@@ -55,6 +55,10 @@ pub struct Health {
     pub integrity: Vec<String>,
     /// Whether both search indexes agree with the messages they index (FTS5 integrity-check).
     pub search_index_ok: bool,
+    /// The database server and its version, for a PostgreSQL store.
+    pub server: Option<String>,
+    /// The extensions installed in a PostgreSQL store's database.
+    pub extensions: Vec<String>,
     /// Messages committed but not yet indexed (indexing trails writes by milliseconds).
     pub unindexed: i64,
 }
@@ -130,6 +134,8 @@ impl Lite {
             integrity,
             search_index_ok,
             unindexed,
+            server: None,
+            extensions: Vec::new(),
         })
     }
 }

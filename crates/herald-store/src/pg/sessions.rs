@@ -271,8 +271,14 @@ impl Pg {
         let mut conn = self.inner.pool.acquire().await?;
         let schema_version = super::open::applied_version(&mut conn).await?;
         let search_index: bool =
-            sqlx::query_scalar("SELECT to_regclass('messages_search_idx') IS NOT NULL")
+            sqlx::query_scalar("SELECT to_regclass('messages_search') IS NOT NULL")
                 .fetch_one(&mut *conn)
+                .await?;
+        let version: String =
+            sqlx::query_scalar("SHOW server_version").fetch_one(&mut *conn).await?;
+        let extensions: Vec<String> =
+            sqlx::query_scalar("SELECT extname::TEXT FROM pg_extension ORDER BY extname")
+                .fetch_all(&mut *conn)
                 .await?;
         Ok(Health {
             schema_version,
@@ -282,6 +288,8 @@ impl Pg {
             integrity: vec!["ok".to_owned()],
             search_index_ok: true,
             unindexed: 0,
+            server: Some(format!("PostgreSQL {version}")),
+            extensions,
         })
     }
 }

@@ -58,6 +58,7 @@ pub async fn run(loaded: &Loaded, json: bool, out: &mut dyn Write) -> anyhow::Re
                 checks.push(directory_check(db));
             }
             match health {
+                Ok(health) if postgres => checks.extend(postgres_checks(&health)),
                 Ok(health) => checks.extend(store_checks(&health)),
                 Err(e) => checks.push(Check::new("health", false, e.to_string())),
             }
@@ -199,6 +200,44 @@ fn store_checks(health: &Health) -> Vec<Check> {
         Check::new("journal", wal, journal),
         Check::new("search", search_ok, fts),
         Check::new("integrity", intact, integrity),
+    ]
+}
+
+/// A PostgreSQL store: the server answered (or `store` failed already), its schema, the
+/// extensions search needs, and the search index.
+fn postgres_checks(health: &Health) -> Vec<Check> {
+    let (found, known) = (health.schema_version, health.known_schema_version);
+    let schema = match found == known {
+        true => format!("version {found}, current"),
+        false => format!("version {found}, but this herald knows {known}; use the matching herald"),
+    };
+    let missing: Vec<&str> = ["pg_trgm", "unaccent"]
+        .into_iter()
+        .filter(|name| !health.extensions.iter().any(|e| e == name))
+        .collect();
+    let extensions = match missing.is_empty() {
+        true => format!("{} installed", health.extensions.join(", ")),
+        false => format!(
+            "{} missing; an administrator runs CREATE EXTENSION {} in the database",
+            missing.join(", "),
+            missing.join("; CREATE EXTENSION ")
+        ),
+    };
+    let server = health.server.clone().unwrap_or_else(|| "PostgreSQL".to_owned());
+    vec![
+        Check::new("server", true, server),
+        Check::new("schema", found == known, schema),
+        Check::new("extension", missing.is_empty(), extensions),
+        Check::new(
+            "search",
+            health.fts5,
+            match health.fts5 {
+                true => "full-text (GIN) and trigram indexes present".to_owned(),
+                false => {
+                    "the search index is missing; the schema did not finish migrating".to_owned()
+                }
+            },
+        ),
     ]
 }
 

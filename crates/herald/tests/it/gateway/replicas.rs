@@ -499,3 +499,39 @@ async fn the_store_gone_for_ten_seconds_is_waited_for_reported_and_loses_nothing
     }
     assert_eq!(process.stop(PATIENCE).await, 0, "{}", process.logs());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn doctor_checks_the_postgres_connection_schema_and_extensions() {
+    let (url, password) = Replicas::database().await;
+    // The first replica to start migrates the database; doctor then finds it current.
+    Store::open(StoreOptions::postgres(url.clone(), Some(password.clone())))
+        .await
+        .unwrap()
+        .close()
+        .await;
+    let world = World::new();
+    std::fs::write(&world.config, format!("[store]\nurl = \"{url}\"\n")).unwrap();
+    let doctor = |password: &str| {
+        Command::new(env!("CARGO_BIN_EXE_herald"))
+            .arg("doctor")
+            .env_clear()
+            .env("HOME", world.dir())
+            .env("HERALD_CONFIG", &world.config)
+            .env("HERALD_STORE_PASSWORD", password)
+            .output()
+            .unwrap()
+    };
+    let out = doctor(&password);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    for line in ["ok    server    PostgreSQL", "ok    schema", "ok    extension", "ok    search"] {
+        assert!(text.contains(line), "{line} in:\n{text}");
+    }
+    // A wrong password fails the store check in one line, without the password.
+    let out = doctor("not-the-password");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success());
+    let store = text.lines().find(|l| l.contains("store")).unwrap();
+    assert!(store.starts_with("FAIL"), "{text}");
+    assert!(!text.contains("not-the-password") && !text.contains(&password), "{text}");
+}
