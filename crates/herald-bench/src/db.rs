@@ -77,6 +77,9 @@ pub struct StoreArgs {
     /// How long one write keeps retrying before it fails, in milliseconds.
     #[arg(long, default_value_t = 20_000)]
     pub write_patience_ms: u64,
+    /// Connections in each process's pool (default: the store's, 8 on SQLite, 16 on PostgreSQL).
+    #[arg(long)]
+    pub max_connections: Option<u32>,
 }
 
 impl StoreArgs {
@@ -119,6 +122,7 @@ impl StoreArgs {
         StoreOptions {
             busy_timeout: Duration::from_millis(self.busy_timeout_ms),
             write_patience: Duration::from_millis(self.write_patience_ms),
+            max_connections: self.max_connections.unwrap_or(base.max_connections),
             ..base
         }
     }
@@ -127,7 +131,13 @@ impl StoreArgs {
 impl StoreArgs {
     /// Default options for the store at `url`.
     pub fn for_url(url: &str) -> StoreOptions {
-        StoreArgs { store: None, busy_timeout_ms: 1000, write_patience_ms: 20_000 }.options(url)
+        StoreArgs {
+            store: None,
+            busy_timeout_ms: 1000,
+            write_patience_ms: 20_000,
+            max_connections: None,
+        }
+        .options(url)
     }
 }
 

@@ -209,6 +209,7 @@ impl WorkerProcess {
             .args(["--turns", &args.turns.to_string()])
             .args(["--busy-timeout-ms", &args.store.busy_timeout_ms.to_string()])
             .args(["--write-patience-ms", &args.store.write_patience_ms.to_string()])
+            .args(args.store.max_connections.map(|n| format!("--max-connections={n}")))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

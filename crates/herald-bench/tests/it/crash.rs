@@ -1,17 +1,27 @@
-//! A worker killed with SIGKILL mid-storm: the file stays intact and every turn it
-//! acknowledged before dying is stored.
+//! A worker killed with SIGKILL mid-storm, on either backend: the store stays intact and every
+//! turn it acknowledged before dying is stored.
 
 use std::os::unix::process::ExitStatusExt;
 
 use herald_core::Role;
 
-use crate::{Worker, assert_acks_stored, open};
+use herald_store::Store;
+use herald_store::scratch::{Kind, Scratch};
+
+use crate::{Worker, assert_acks_stored};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn acknowledged_turns_survive_sigkill() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let db = dir.path().join("crash.db");
-    let mut worker = Worker::start(&db, 8, 500);
+    survive_sigkill(Scratch::new(Kind::Sqlite).await).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn acknowledged_turns_survive_sigkill_on_postgres() {
+    survive_sigkill(Scratch::new(Kind::Postgres).await).await;
+}
+
+async fn survive_sigkill(scratch: Scratch) {
+    let mut worker = Worker::start(&scratch.url, 8, 500);
     let mut acks = Vec::new();
     while acks.len() < 40 {
         let event = worker.next_event().expect("the worker is still running");
@@ -29,7 +39,7 @@ async fn acknowledged_turns_survive_sigkill() {
     let status = worker.child.wait().expect("reap the worker");
     assert_eq!(status.signal(), Some(9), "the worker was not killed mid-storm: {status}");
 
-    let store = open(&db).await;
+    let store = Store::open(scratch.options.clone()).await.expect("open store");
     let health = store.health().await.expect("health");
     assert_eq!(health.integrity, vec!["ok".to_owned()]);
     let histories = assert_acks_stored(&store, &acks).await;

@@ -32,12 +32,11 @@ pub struct Worker {
 }
 
 impl Worker {
-    /// Spawns a worker for `chats` chats of `turns` turns on `db` and starts it.
-    pub fn start(db: &Path, chats: u32, turns: u32) -> Worker {
+    /// Spawns a worker for `chats` chats of `turns` turns on the store at `url` and starts it.
+    pub fn start(url: &str, chats: u32, turns: u32) -> Worker {
         let mut child = bench()
             .arg("worker")
-            .arg("--url")
-            .arg(format!("sqlite://{}", db.display()))
+            .args(["--url", url])
             .args(["--chats", &chats.to_string(), "--turns", &turns.to_string(), "--print-acks"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

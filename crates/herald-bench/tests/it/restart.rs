@@ -12,7 +12,7 @@ use crate::{Worker, assert_acks_stored, open};
 async fn a_new_process_reads_back_exactly_what_was_written() {
     let dir = tempfile::tempdir().expect("temp dir");
     let db = dir.path().join("restart.db");
-    let mut worker = Worker::start(&db, 3, 4);
+    let mut worker = Worker::start(&format!("sqlite://{}", db.display()), 3, 4);
     let mut sessions = Vec::new();
     let mut acks = Vec::new();
     let mut done = None;
