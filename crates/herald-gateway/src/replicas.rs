@@ -20,8 +20,9 @@ use crate::outbox::{Outbox, Parcel};
 
 /// How often the store is swept for queued messages and replies nobody is sending.
 const SWEEP_EVERY: Duration = Duration::from_secs(1);
-/// How often it is swept for sessions left unanswered (a costlier query).
-const UNANSWERED_EVERY: Duration = Duration::from_secs(5);
+/// How often it is swept for sessions left unanswered: a query over every routed session, and
+/// only for a session nobody writes to again (a new message makes its next holder look at once).
+const UNANSWERED_EVERY: Duration = Duration::from_secs(15);
 /// How long a claimed reply is this replica's before another may send it (renewed while
 /// this replica keeps trying it).
 pub(crate) const REPLY_CLAIM: Duration = Duration::from_secs(10);
