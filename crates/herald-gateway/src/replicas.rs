@@ -11,7 +11,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use herald_core::{Claim, Claimer, Platform, PositionSource, SessionKey};
-use herald_store::{Session, Store};
+use herald_store::{Heard, Session, Store};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
@@ -34,7 +34,12 @@ const CLAIM_RETRY: Duration = Duration::from_secs(1);
 /// Work the sweep found for the router.
 #[derive(Debug)]
 pub(crate) enum Found {
-    /// Messages wait in the queue of this session key.
+    /// Another replica queued a message for this session key: its holder takes it in.
+    Heard(SessionKey),
+    /// Notifications may have been missed: every worker here looks at its queue.
+    Missed,
+    /// Messages wait in the queue of this session key (the sweep): taken in by this replica
+    /// when no replica holds the session; a holder heard of them already.
     Queued(SessionKey),
     /// This session's last message is unanswered.
     Unanswered(Box<Session>),
@@ -57,8 +62,12 @@ pub(crate) async fn watch(
     loop {
         tokio::select! {
             () = stop.cancelled() => return,
-            Some(key) = heard.recv() => {
-                if found.send(Found::Queued(SessionKey::from_stored(key))).await.is_err() {
+            Some(heard) = heard.recv() => {
+                let news = match heard {
+                    Heard::Queued(key) => Found::Heard(SessionKey::from_stored(key)),
+                    Heard::Missed => Found::Missed,
+                };
+                if found.send(news).await.is_err() {
                     return;
                 }
             }

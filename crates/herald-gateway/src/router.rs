@@ -104,13 +104,19 @@ impl<P: Provider + 'static> Router<P> {
             }
             Err(e) => warn!(error = %e, "could not look for unanswered sessions"),
         }
+        // Each key's worker takes its queue in at start, in arrival order.
         match self.shared.store.queued_inbound().await {
             Ok(queued) => {
+                let mut keys: Vec<String> = Vec::new();
                 for message in queued {
-                    if self.shared.links.contains_key(&message.chat.platform) {
-                        let key = SessionKey::from_stored(message.session_key.clone());
-                        self.dispatch(key, Input::Queued(message)).await;
+                    if self.shared.links.contains_key(&message.chat.platform)
+                        && !keys.contains(&message.session_key)
+                    {
+                        keys.push(message.session_key);
                     }
+                }
+                for key in keys {
+                    self.dispatch(SessionKey::from_stored(key), Input::Pull).await;
                 }
             }
             Err(e) => warn!(error = %e, "could not read the inbound queue"),
@@ -277,7 +283,6 @@ impl<P: Provider + 'static> Router<P> {
     async fn input_origin(&self, key: &SessionKey, input: &Input) -> Option<(ChatRef, UserRef)> {
         match input {
             Input::Inbound(inbound, _) => Some((inbound.chat.clone(), inbound.user.clone())),
-            Input::Queued(queued) => Some((queued.chat.clone(), queued.user.clone())),
             Input::Resume(chat, user) => Some((chat.clone(), user.clone())),
             Input::Pull => match self.shared.store.queued_for(key.as_str()).await {
                 Ok(queued) => queued.into_iter().next().map(|q| (q.chat, q.user)),
@@ -289,10 +294,28 @@ impl<P: Provider + 'static> Router<P> {
         }
     }
 
-    /// Something waits in the store for `key` (another replica queued it, or its holder
-    /// died): the key's worker takes it in, started here when this replica gets the lock.
+    /// Another replica queued a message for `key`: the key's worker takes it in, started here
+    /// when this replica gets the lock.
     pub(crate) async fn on_queued(&mut self, key: SessionKey) {
         self.dispatch(key, Input::Pull).await;
+    }
+
+    /// The sweep found messages queued for `key`: a worker here has them (it queued them, or
+    /// heard of them); otherwise their holder may have died, and this replica takes them if it
+    /// gets the lock.
+    pub(crate) async fn on_orphan(&mut self, key: SessionKey) {
+        if !self.workers.contains_key(&key) {
+            self.dispatch(key, Input::Pull).await;
+        }
+    }
+
+    /// Notifications may have been missed (the store's listening connection came back): every
+    /// worker here looks at its queue once.
+    pub(crate) async fn on_missed(&mut self) {
+        let keys: Vec<SessionKey> = self.workers.keys().cloned().collect();
+        for key in keys {
+            self.dispatch(key, Input::Pull).await;
+        }
     }
 
     /// A session left unanswered (its replica died mid-turn): answered here if this replica

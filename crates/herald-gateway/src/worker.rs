@@ -23,12 +23,10 @@ use crate::turn::{self, SessionInfo, TurnEnd, TurnJob};
 pub(crate) enum Input {
     /// An authorized message (or command) from the platform.
     Inbound(Inbound, Allowed),
-    /// A message queued before a restart, still to be answered.
-    Queued(QueuedInbound),
     /// The session's last message was left unanswered by a restart.
     Resume(ChatRef, UserRef),
     /// Messages were queued in the store for this key (by another replica, or before a
-    /// restart): take them in.
+    /// restart): take them in (a new worker does so as it starts).
     Pull,
 }
 
@@ -62,7 +60,7 @@ pub(crate) struct Worker<P> {
     user: UserRef,
     received: u64,
     /// This key's session lock: no other replica runs the session while it is held.
-    lock: Option<SessionLock>,
+    lock: SessionLock,
     /// Queue positions already taken into `queue`, so a pull takes each message once.
     known: HashSet<i64>,
 }
@@ -86,7 +84,7 @@ impl<P: Provider + 'static> Worker<P> {
             chat,
             user,
             received: 0,
-            lock: Some(lock),
+            lock,
             known: HashSet::new(),
         }
     }
@@ -145,7 +143,7 @@ impl<P: Provider + 'static> Worker<P> {
                     told_idle = true;
                     let _ = self.idle.send(Idle { key: self.key.clone(), received: self.received }).await;
                 }
-                () = async { self.lock.as_ref().expect("guarded by is_some").lost().await }, if !lost && self.lock.is_some() => {
+                () = self.lock.lost(), if !lost => {
                     // The store no longer vouches that this replica alone runs the session:
                     // stop at once; the unanswered message is answered by whoever holds it next.
                     warn!(key = %self.key, "lost the session's lock (the store's connection broke); stopping its turn");
@@ -211,14 +209,6 @@ impl<P: Provider + 'static> Worker<P> {
                     Some(command) => self.on_command(command, inbound, allowed, busy).await,
                     None => self.on_message(inbound, busy).await,
                 }
-            }
-            Input::Queued(queued) => {
-                if self.known.insert(queued.seq) {
-                    self.chat = queued.chat;
-                    self.user = queued.user;
-                    self.queue.push_back(Pending::Message { seq: queued.seq, reply_to: None });
-                }
-                None
             }
             Input::Pull => {
                 self.pull().await;

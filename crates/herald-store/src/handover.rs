@@ -7,9 +7,18 @@ use crate::error::StoreError;
 use crate::open::Lite;
 use crate::write::write_tx;
 
+/// What a replica hears of the inbound queue.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Heard {
+    /// A message was queued for this session key.
+    Queued(String),
+    /// Listening (again): whatever was queued before was not heard, for any key.
+    Missed,
+}
+
 impl Lite {
     /// Session keys as other processes queue messages for them: none on SQLite.
-    pub(crate) fn queued_notifications(&self) -> mpsc::Receiver<String> {
+    pub(crate) fn queued_notifications(&self) -> mpsc::Receiver<Heard> {
         mpsc::channel(1).1
     }
 

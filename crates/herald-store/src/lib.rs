@@ -40,6 +40,7 @@ mod write;
 pub use copy::{Fingerprint, TableFingerprint};
 pub use error::StoreError;
 pub use gateway::QueuedInbound;
+pub use handover::Heard;
 pub use health::WriteFailing;
 pub use messages::{Appended, Delivery, NewMessage, StoredMessage, TokenUsage};
 pub use open::{PostgresOptions, StoreOptions};

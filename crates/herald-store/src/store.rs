@@ -9,6 +9,7 @@ use herald_core::{ChatRef, Platform, UserRef};
 use crate::copy::{Fingerprint, Side};
 use crate::error::StoreError;
 use crate::gateway::QueuedInbound;
+use crate::handover::Heard;
 use crate::health::WriteFailing;
 use crate::messages::{Appended, Delivery, NewMessage, StoredMessage, TokenUsage};
 use crate::open::{Lite, StoreOptions};
@@ -170,7 +171,7 @@ impl Store {
 
     /// Session keys as any replica queues messages for them (PostgreSQL's notifications; on
     /// SQLite nothing ever arrives).
-    pub fn queued_notifications(&self) -> tokio::sync::mpsc::Receiver<String> {
+    pub fn queued_notifications(&self) -> tokio::sync::mpsc::Receiver<Heard> {
         match &self.backend {
             Backend::Sqlite(lite) => lite.queued_notifications(),
             Backend::Postgres(pg) => pg.queued_notifications(),

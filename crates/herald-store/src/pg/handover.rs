@@ -11,6 +11,7 @@ use tracing::{debug, warn};
 use super::Pg;
 use super::write::pg_write;
 use crate::error::StoreError;
+use crate::handover::Heard;
 
 /// The channel queue_inbound notifies on.
 pub(crate) const QUEUED_CHANNEL: &str = "herald_queued";
@@ -19,8 +20,9 @@ const HEARD_WAITING: usize = 1024;
 
 impl Pg {
     /// Session keys as any replica queues messages for them. The listening connection is
-    /// opened again after a failure; what was queued meanwhile is found by the gateway's sweep.
-    pub(crate) fn queued_notifications(&self) -> mpsc::Receiver<String> {
+    /// opened again after a failure, and each time it listens (again) [`Heard::Missed`] says
+    /// that what was queued meanwhile was not heard.
+    pub(crate) fn queued_notifications(&self) -> mpsc::Receiver<Heard> {
         let (tx, rx) = mpsc::channel(HEARD_WAITING);
         let pool = self.inner.pool.clone();
         tokio::spawn(async move {
@@ -28,10 +30,13 @@ impl Pg {
                 let listening = async {
                     let mut listener = PgListener::connect_with(&pool).await?;
                     listener.listen(QUEUED_CHANNEL).await?;
+                    if tx.send(Heard::Missed).await.is_err() {
+                        return Ok::<(), sqlx::Error>(());
+                    }
                     loop {
                         let heard = listener.recv().await?;
-                        if tx.send(heard.payload().to_owned()).await.is_err() {
-                            return Ok::<(), sqlx::Error>(());
+                        if tx.send(Heard::Queued(heard.payload().to_owned())).await.is_err() {
+                            return Ok(());
                         }
                     }
                 };

@@ -217,7 +217,9 @@ async fn a_replica_hears_at_once_what_another_queued() {
     let key = loop {
         n += 1;
         queue(&other, "telegram:dm:9", &format!("n{n}"), "hello").await.unwrap();
-        if let Ok(Some(key)) = tokio::time::timeout(Duration::from_secs(2), heard.recv()).await {
+        if let Ok(Some(herald_store::Heard::Queued(key))) =
+            tokio::time::timeout(Duration::from_secs(2), heard.recv()).await
+        {
             break key;
         }
         assert!(n < 10, "nothing heard");
