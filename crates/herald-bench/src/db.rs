@@ -115,10 +115,7 @@ impl StoreArgs {
 
     /// Store options for the store at `url` (as [`Place::url`] gives it) with these knobs.
     pub fn options(&self, url: &str) -> StoreOptions {
-        let base = match url.strip_prefix("sqlite://") {
-            Some(path) => StoreOptions::new(path),
-            None => StoreOptions::postgres(url, password()),
-        };
+        let base = default_options(url);
         StoreOptions {
             busy_timeout: Duration::from_millis(self.busy_timeout_ms),
             write_patience: Duration::from_millis(self.write_patience_ms),
@@ -128,16 +125,11 @@ impl StoreArgs {
     }
 }
 
-impl StoreArgs {
-    /// Default options for the store at `url`.
-    pub fn for_url(url: &str) -> StoreOptions {
-        StoreArgs {
-            store: None,
-            busy_timeout_ms: 1000,
-            write_patience_ms: 20_000,
-            max_connections: None,
-        }
-        .options(url)
+/// The store's own defaults for the store at `url` (`sqlite://PATH` or `postgres://...`).
+pub fn default_options(url: &str) -> StoreOptions {
+    match url.strip_prefix("sqlite://") {
+        Some(path) => StoreOptions::new(path),
+        None => StoreOptions::postgres(url, password()),
     }
 }
 

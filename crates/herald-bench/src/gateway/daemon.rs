@@ -61,7 +61,7 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
         args.api_url.len() == args.platform.len() && args.token.len() == args.platform.len(),
         "one --api-url and one --token for each --platform"
     );
-    let options = crate::db::StoreArgs::for_url(&args.store);
+    let options = crate::db::default_options(&args.store);
     let store = Store::open(options).await.context("opening the store")?;
     let everyone = Access { allowed_users: vec!["*".into()], ..Access::default() };
     let mut settings = GatewaySettings::new("You are Herald.", "instant");

@@ -274,7 +274,8 @@ pub(crate) async fn copy(
     let target = fingerprint(to).await?;
     if let Some((a, b)) = source.tables.iter().zip(&target.tables).find(|(a, b)| a != b) {
         return Err(StoreError::CopyTarget(format!(
-            "the copy differs from the source in {}: {} rows (sha256 {}) against {} (sha256 {})",
+            "the copy differs from the source in {}: {} rows (sha256 {}) against {} (sha256 {}); \
+             do not use the target: empty it and copy again, with nothing writing to the source",
             a.table,
             b.rows,
             short(&b.sha256),

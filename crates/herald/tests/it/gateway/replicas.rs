@@ -305,7 +305,10 @@ async fn three_replicas_answer_fifty_chats_once_each_in_order() {
     // Telegram's updates went through the balancer to all three replicas.
     let posts = r.telegram.webhook_posts();
     assert!(posts.len() >= 200, "{} webhook posts", posts.len());
-    // The work was shared: each replica answered some conversations.
+    // The work was shared: each replica started some of the conversations.
+    for (i, process) in r.processes.iter().enumerate() {
+        assert!(process.logs().contains("session started"), "replica {i} ran no session");
+    }
     let store = Store::open(r.store.clone()).await.unwrap();
     let sessions = store.list_sessions(&Default::default()).await.unwrap();
     assert_eq!(sessions.len(), 50, "one session per chat");
