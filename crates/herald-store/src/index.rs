@@ -2,8 +2,9 @@
 //! indexed in larger batches right after, when the writer is idle, and always before a search.
 //!
 //! Tokenizing is most of the cost of a write; taking it out of each turn's transaction keeps a
-//! busy gateway's turns short while the index trails by milliseconds. `search_cursor.upto` is
-//! the highest message id in the indexes (ids are AUTOINCREMENT, never reused).
+//! busy gateway's turns short while the index trails by milliseconds. On SQLite,
+//! `search_cursor.upto` is the highest message id in the indexes (ids are AUTOINCREMENT, never
+//! reused); PostgreSQL's side is in `pg/index.rs`. When to index is decided here for both.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::time::Duration;
@@ -23,14 +24,14 @@ const IDLE: Duration = Duration::from_millis(200);
 /// the index never trails a sustained load by more than a few seconds of work.
 const FORCE_BACKLOG: u64 = 50_000;
 /// Messages per indexing transaction: small enough not to hold writers up for long.
-const CHUNK: i64 = 500;
+pub(crate) const CHUNK: i64 = 500;
 
-/// The background indexer's bookkeeping, one per process.
+/// The background indexer's bookkeeping, one per store.
 #[derive(Debug, Default)]
 pub(crate) struct Indexer {
     scheduled: AtomicBool,
     last_write_ms: AtomicI64,
-    backlog: AtomicU64,
+    pub(crate) backlog: AtomicU64,
 }
 
 impl Lite {
@@ -75,76 +76,102 @@ impl Lite {
 
     /// Notes that `messages` were committed, and makes sure an indexer will pick them up.
     pub(crate) fn schedule_indexing(&self, messages: u64) {
-        let indexer = &self.inner.indexer;
-        indexer.last_write_ms.store(now_ms(), Ordering::Relaxed);
-        indexer.backlog.fetch_add(messages, Ordering::Relaxed);
-        if indexer.scheduled.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        let store = self.clone();
-        tokio::spawn(async move { store.index_in_background().await });
-    }
-
-    async fn index_in_background(&self) {
-        let indexer = &self.inner.indexer;
-        loop {
-            self.index_until_caught_up().await;
-            indexer.scheduled.store(false, Ordering::Release);
-            // A write that landed while this task was finishing found it still scheduled.
-            let again = indexer.backlog.load(Ordering::Relaxed) > 0
-                && !indexer.scheduled.swap(true, Ordering::AcqRel);
-            if !again {
-                return;
-            }
-        }
-    }
-
-    async fn index_until_caught_up(&self) {
-        let indexer = &self.inner.indexer;
-        // The newest message id seen at the last look: another process still writing moves
-        // it, and indexing then waits, as it does for this process's own writes.
-        let mut newest = None;
-        loop {
-            tokio::time::sleep(IDLE).await;
-            let since_write = now_ms() - indexer.last_write_ms.load(Ordering::Relaxed);
-            let now_newest = self.newest_message_id().await.ok();
-            let others_quiet = newest.is_some() && now_newest == newest;
-            newest = now_newest;
-            let quiet = since_write >= IDLE.as_millis() as i64 && others_quiet;
-            if !quiet && indexer.backlog.load(Ordering::Relaxed) < FORCE_BACKLOG {
-                continue;
-            }
-            match write_tx!(self, |conn| index_chunk(conn, CHUNK)) {
-                Ok((indexed, true)) => {
-                    let _ =
-                        indexer.backlog.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
-                            Some(b.saturating_sub(indexed))
-                        });
-                }
-                Ok((_, false)) => {
-                    indexer.backlog.store(0, Ordering::Relaxed);
-                    self.checkpoint().await;
-                    return;
-                }
-                Err(e) => {
-                    // Nothing is lost: the next write, search or close indexes what is left.
-                    warn!(error = %e, "background search indexing failed; will retry on the next write");
-                    indexer.backlog.store(0, Ordering::Relaxed);
-                    return;
-                }
-            }
-        }
+        schedule_indexing(self, messages);
     }
 }
 
-impl Lite {
-    /// The highest message id ever given out, by any process (AUTOINCREMENT keeps it).
+impl Indexing for Lite {
+    fn indexer(&self) -> &Indexer {
+        &self.inner.indexer
+    }
+
     async fn newest_message_id(&self) -> Result<i64, StoreError> {
         Ok(sqlx::query_scalar(
             "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'messages'), 0)",
         )
         .fetch_one(&self.inner.pool)
         .await?)
+    }
+
+    async fn index_chunk(&self) -> Result<(u64, bool), StoreError> {
+        write_tx!(self, |conn| index_chunk(conn, CHUNK))
+    }
+
+    async fn caught_up(&self) {
+        self.checkpoint().await;
+    }
+}
+
+/// What the background indexer needs of a backend.
+pub(crate) trait Indexing: Clone + Send + Sync + 'static {
+    fn indexer(&self) -> &Indexer;
+    /// The highest message id given out so far, by any process.
+    fn newest_message_id(&self) -> impl Future<Output = Result<i64, StoreError>> + Send;
+    /// Indexes up to [`CHUNK`] messages; returns how many, and whether more are waiting.
+    fn index_chunk(&self) -> impl Future<Output = Result<(u64, bool), StoreError>> + Send;
+    /// The index caught up with the writes.
+    fn caught_up(&self) -> impl Future<Output = ()> + Send;
+}
+
+/// Notes that `messages` were committed, and makes sure an indexer will pick them up.
+pub(crate) fn schedule_indexing<S: Indexing>(store: &S, messages: u64) {
+    let indexer = store.indexer();
+    indexer.last_write_ms.store(now_ms(), Ordering::Relaxed);
+    indexer.backlog.fetch_add(messages, Ordering::Relaxed);
+    if indexer.scheduled.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    let store = store.clone();
+    tokio::spawn(async move { index_in_background(&store).await });
+}
+
+async fn index_in_background<S: Indexing>(store: &S) {
+    let indexer = store.indexer();
+    loop {
+        index_until_caught_up(store).await;
+        indexer.scheduled.store(false, Ordering::Release);
+        // A write that landed while this task was finishing found it still scheduled.
+        let again = indexer.backlog.load(Ordering::Relaxed) > 0
+            && !indexer.scheduled.swap(true, Ordering::AcqRel);
+        if !again {
+            return;
+        }
+    }
+}
+
+async fn index_until_caught_up<S: Indexing>(store: &S) {
+    let indexer = store.indexer();
+    // The newest message id seen at the last look: another process still writing moves
+    // it, and indexing then waits, as it does for this process's own writes.
+    let mut newest = None;
+    loop {
+        tokio::time::sleep(IDLE).await;
+        let since_write = now_ms() - indexer.last_write_ms.load(Ordering::Relaxed);
+        let now_newest = store.newest_message_id().await.ok();
+        let others_quiet = newest.is_some() && now_newest == newest;
+        newest = now_newest;
+        let quiet = since_write >= IDLE.as_millis() as i64 && others_quiet;
+        if !quiet && indexer.backlog.load(Ordering::Relaxed) < FORCE_BACKLOG {
+            continue;
+        }
+        match store.index_chunk().await {
+            Ok((indexed, true)) => {
+                let _ = indexer.backlog.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+                    Some(b.saturating_sub(indexed))
+                });
+            }
+            Ok((_, false)) => {
+                indexer.backlog.store(0, Ordering::Relaxed);
+                store.caught_up().await;
+                return;
+            }
+            Err(e) => {
+                // Nothing is lost: the next write, search or close indexes what is left.
+                warn!(error = %e, "background search indexing failed; will retry on the next write");
+                indexer.backlog.store(0, Ordering::Relaxed);
+                return;
+            }
+        }
     }
 }
 

@@ -77,8 +77,8 @@ impl Pg {
         .await
     }
 
-    /// Two replicas queueing the same message at once: the second insert into
-    /// `processed_inbound` waits for the first transaction and then does nothing.
+    /// Records the inbound id and queues the message (see [`QUEUE`]); `None` when the id was
+    /// recorded before.
     pub(crate) async fn queue_inbound(
         &self,
         session_key: &str,
@@ -94,48 +94,23 @@ impl Pg {
             user: user.clone(),
             content: content.to_owned(),
         });
-        self.write(move |tx| {
+        self.write_one(move |pool| {
             let q = Arc::clone(&queued);
             Box::pin(async move {
-                let now = now_ms();
-                let fresh = sqlx::query(
-                    "INSERT INTO processed_inbound (platform, message_id, received_at)
-                     VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
-                )
-                .bind(q.chat.platform.as_str())
-                .bind(&q.message_id)
-                .bind(now)
-                .execute(&mut **tx)
-                .await?
-                .rows_affected();
-                if fresh == 0 {
-                    return Ok(None);
-                }
-                let seq: i64 = sqlx::query_scalar(
-                    "INSERT INTO inbound_queue (platform, message_id, session_key, chat_id,
-                         thread_id, chat_kind, user_id, user_name, content, received_at)
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING seq",
-                )
-                .bind(q.chat.platform.as_str())
-                .bind(&q.message_id)
-                .bind(&q.session_key)
-                .bind(&q.chat.id)
-                .bind(&q.chat.thread)
-                .bind(q.chat.kind.as_str())
-                .bind(&q.user.id)
-                .bind(&q.user.name)
-                .bind(&q.content)
-                .bind(now)
-                .fetch_one(&mut **tx)
-                .await?;
-                // Heard by every replica once this commits: the one running the session takes
-                // the message in at once.
-                sqlx::query("SELECT pg_notify($1, $2)")
-                    .bind(super::handover::QUEUED_CHANNEL)
+                sqlx::query_scalar(QUEUE)
+                    .bind(q.chat.platform.as_str())
+                    .bind(&q.message_id)
                     .bind(&q.session_key)
-                    .execute(&mut **tx)
-                    .await?;
-                Ok(Some(seq))
+                    .bind(&q.chat.id)
+                    .bind(&q.chat.thread)
+                    .bind(q.chat.kind.as_str())
+                    .bind(&q.user.id)
+                    .bind(&q.user.name)
+                    .bind(&q.content)
+                    .bind(now_ms())
+                    .bind(super::handover::QUEUED_CHANNEL)
+                    .fetch_optional(&pool)
+                    .await
             })
         })
         .await
@@ -148,12 +123,14 @@ impl Pg {
     ) -> Result<Vec<i64>, StoreError> {
         let (id, seqs) = (Arc::<str>::from(session_id), Arc::<[i64]>::from(seqs));
         let taken = self
-            .write(move |tx| {
+            .write_one(move |pool| {
                 let (id, seqs) = (Arc::clone(&id), Arc::clone(&seqs));
-                Box::pin(async move { take_in(tx, &id, &seqs).await })
+                Box::pin(async move { take_in(&pool, &id, &seqs).await })
             })
             .await?;
-        taken.ok_or_else(|| StoreError::SessionNotFound(session_id.to_owned()))
+        let ids = taken.ok_or_else(|| StoreError::SessionNotFound(session_id.to_owned()))?;
+        crate::index::schedule_indexing(self, ids.len() as u64);
+        Ok(ids)
     }
 
     pub(crate) async fn queued_inbound(&self) -> Result<Vec<QueuedInbound>, StoreError> {
@@ -214,58 +191,61 @@ impl Pg {
     }
 }
 
-/// Moves `seqs` into the session's history in the order given; `None` (and nothing written)
-/// when the session does not exist. The session row is locked first, so appends to it from
-/// another replica wait rather than interleave with these ids.
+/// Moves queued messages into a session's history, in the order of `seqs`; `None` when the
+/// session does not exist. One statement: the session's row is locked before any message id is
+/// drawn, so appends to it from another replica wait rather than interleave with these ids.
 async fn take_in(
-    conn: &mut PgConnection,
+    pool: &sqlx::PgPool,
     session_id: &str,
     seqs: &[i64],
 ) -> Result<Option<Vec<i64>>, sqlx::Error> {
-    let found: Option<String> =
-        sqlx::query_scalar("SELECT id FROM sessions WHERE id = $1 FOR UPDATE")
-            .bind(session_id)
-            .fetch_optional(&mut *conn)
-            .await?;
-    if found.is_none() {
-        return Ok(None);
-    }
-    let now = now_ms();
-    let mut ids = Vec::with_capacity(seqs.len());
-    for seq in seqs {
-        let row: Option<(String, String)> = sqlx::query_as(
-            "DELETE FROM inbound_queue WHERE seq = $1 RETURNING message_id, content",
-        )
-        .bind(seq)
-        .fetch_optional(&mut *conn)
-        .await?;
-        let Some((message_id, content)) = row else { continue };
-        // One row at a time: the ids must grow in the order the messages are taken.
-        let id: i64 = sqlx::query_scalar(
-            "INSERT INTO messages (session_id, role, content, platform_message_id, created_at)
-             VALUES ($1, $2, $3, $4, $5) RETURNING id",
-        )
+    let (found, ids): (bool, Vec<i64>) = sqlx::query_as(TAKE)
         .bind(session_id)
+        .bind(seqs)
+        .bind(now_ms())
         .bind(Role::User.as_str())
-        .bind(content)
-        .bind(message_id)
-        .bind(now)
-        .fetch_one(&mut *conn)
+        .fetch_one(pool)
         .await?;
-        ids.push(id);
-    }
-    if !ids.is_empty() {
-        sqlx::query(
-            "UPDATE sessions SET message_count = message_count + $1, updated_at = $2 WHERE id = $3",
-        )
-        .bind(ids.len() as i64)
-        .bind(now)
-        .bind(session_id)
-        .execute(&mut *conn)
-        .await?;
-    }
-    Ok(Some(ids))
+    Ok(found.then_some(ids))
 }
+
+/// The statement of [`take_in`].
+const TAKE: &str = "
+    WITH found AS (SELECT id FROM sessions WHERE id = $1 FOR UPDATE),
+    taken AS (
+        DELETE FROM inbound_queue WHERE seq = ANY($2::bigint[]) AND EXISTS (SELECT 1 FROM found)
+        RETURNING seq, message_id, content
+    ),
+    added AS (
+        INSERT INTO messages (session_id, role, content, platform_message_id, created_at)
+        SELECT $1, $4, t.content, t.message_id, $3 FROM taken t
+        ORDER BY array_position($2::bigint[], t.seq)
+        RETURNING id
+    ),
+    counted AS (
+        UPDATE sessions SET message_count = message_count + (SELECT count(*) FROM added),
+               updated_at = $3
+        WHERE id = $1 AND EXISTS (SELECT 1 FROM added)
+    )
+    SELECT EXISTS (SELECT 1 FROM found), array(SELECT id FROM added ORDER BY id)";
+
+/// The statement of [`Pg::queue_inbound`]: the inbound id recorded, the message queued and
+/// every replica told (once this commits, the one running the session takes it in at once);
+/// no row when the id was recorded before. Two replicas queueing the same message at once:
+/// the second insert into `processed_inbound` waits for the first and then does nothing.
+const QUEUE: &str = "
+    WITH fresh AS (
+        INSERT INTO processed_inbound (platform, message_id, received_at) VALUES ($1, $2, $10)
+        ON CONFLICT DO NOTHING
+        RETURNING 1
+    ),
+    queued AS (
+        INSERT INTO inbound_queue (platform, message_id, session_key, chat_id, thread_id,
+                                   chat_kind, user_id, user_name, content, received_at)
+        SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 WHERE EXISTS (SELECT 1 FROM fresh)
+        RETURNING seq
+    )
+    SELECT q.seq FROM queued q CROSS JOIN LATERAL (SELECT pg_notify($11, $3)) told";
 
 async fn last_user_message(
     conn: &mut PgConnection,

@@ -26,6 +26,9 @@ impl Pg {
         let (tx, rx) = mpsc::channel(HEARD_WAITING);
         let pool = self.inner.pool.clone();
         tokio::spawn(async move {
+            // The listening connection is the pool's: it goes back when the store closes,
+            // which would otherwise wait for it until the next notification.
+            let mut closing = pool.close_event();
             loop {
                 let listening = async {
                     let mut listener = PgListener::connect_with(&pool).await?;
@@ -40,7 +43,8 @@ impl Pg {
                         }
                     }
                 };
-                match listening.await {
+                let Ok(listened) = closing.do_until(listening).await else { return };
+                match listened {
                     Ok(()) => return,
                     Err(e) => {
                         debug!(error = %e, "stopped listening for queued messages; listening again")

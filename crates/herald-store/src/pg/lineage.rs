@@ -118,12 +118,16 @@ impl Pg {
         messages: Vec<NewMessage>,
         context_tokens: i64,
     ) -> Result<Session, StoreError> {
+        let count = messages.len() as u64;
         let (parent_id, messages) = (Arc::<str>::from(parent_id), Arc::new(messages));
-        self.write(move |tx| {
-            let (parent_id, messages) = (Arc::clone(&parent_id), Arc::clone(&messages));
-            Box::pin(async move { compress(tx, &parent_id, &messages, context_tokens).await })
-        })
-        .await?
+        let child = self
+            .write(move |tx| {
+                let (parent_id, messages) = (Arc::clone(&parent_id), Arc::clone(&messages));
+                Box::pin(async move { compress(tx, &parent_id, &messages, context_tokens).await })
+            })
+            .await??;
+        crate::index::schedule_indexing(self, count);
+        Ok(child)
     }
 
     pub(crate) async fn chain(&self, id: &str) -> Result<Vec<Session>, StoreError> {

@@ -1,5 +1,5 @@
-//! Messages on PostgreSQL: appending a turn (with its counters, its inbound id and its outbox
-//! row) in one transaction, and reading a history back.
+//! Messages on PostgreSQL: the ways to append (each written by the group commit of `group.rs`),
+//! an append inside a caller's transaction, and reading a history back.
 
 use std::sync::Arc;
 
@@ -102,109 +102,6 @@ impl Pg {
         })
         .await
     }
-
-    /// One append as one statement, so one round trip: the inbound id, the session's row
-    /// (locked by its update before any message id is drawn, so a session's ids grow in the
-    /// order its messages were written), the messages and the outbox row. A statement is its
-    /// own transaction: all of it or none.
-    async fn append(&self, append: Append) -> Result<Appended, StoreError> {
-        let started = std::time::Instant::now();
-        let outcome = loop {
-            let attempt = append_once(&self.inner.pool, &append).await;
-            if let Some(done) = self.retry_or_fail(attempt, started).await {
-                break done;
-            }
-        };
-        self.inner.write_health.record(outcome.as_ref().err());
-        outcome?.ok_or_else(|| StoreError::SessionNotFound(append.session_id.clone()))
-    }
-}
-
-/// The statement of [`Pg::append`].
-const APPEND: &str = "
-    WITH found AS (SELECT 1 FROM sessions WHERE id = $1),
-    fresh AS (
-        INSERT INTO processed_inbound (platform, message_id, received_at)
-        SELECT $10, $11, $9 WHERE $10::text IS NOT NULL AND EXISTS (SELECT 1 FROM found)
-        ON CONFLICT DO NOTHING
-        RETURNING 1
-    ),
-    go AS (SELECT EXISTS (SELECT 1 FROM found)
-                  AND ($10::text IS NULL OR EXISTS (SELECT 1 FROM fresh)) AS ok),
-    counted AS (
-        UPDATE sessions SET message_count = message_count + $12,
-               tool_call_count = tool_call_count + $13,
-               input_tokens = input_tokens + $14, output_tokens = output_tokens + $15,
-               context_tokens = CASE WHEN $16::bigint > 0 THEN $16 ELSE context_tokens END,
-               updated_at = $9
-        WHERE id = $1 AND (SELECT ok FROM go)
-        RETURNING id
-    ),
-    added AS (
-        INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, tool_name,
-                              platform_message_id, token_count, created_at)
-        SELECT $1, m.role, m.content, m.tool_calls, m.tool_call_id, m.tool_name,
-               m.platform_message_id, m.token_count, $9
-        FROM unnest($2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
-                    $8::bigint[])
-             WITH ORDINALITY AS m (role, content, tool_calls, tool_call_id, tool_name,
-                                   platform_message_id, token_count, n)
-        WHERE EXISTS (SELECT 1 FROM counted)
-        ORDER BY m.n
-        RETURNING id
-    ),
-    queued AS (
-        INSERT INTO outbox (message_id, session_id, platform, chat_id, thread_id, chat_kind,
-                            reply_to, text, created_at)
-        SELECT (SELECT max(id) FROM added), $1, $17, $18, $19, $20, $21, $22, $9
-        WHERE $17::text IS NOT NULL AND EXISTS (SELECT 1 FROM added)
-    )
-    SELECT EXISTS (SELECT 1 FROM found), (SELECT ok FROM go),
-           coalesce(array(SELECT id FROM added ORDER BY id), '{}'::bigint[])";
-
-/// One try of an append: `None` when the session does not exist.
-async fn append_once(
-    pool: &sqlx::PgPool,
-    append: &Append,
-) -> Result<Option<Appended>, sqlx::Error> {
-    let messages = &append.messages;
-    let column = |f: fn(&NewMessage) -> Option<String>| messages.iter().map(f).collect::<Vec<_>>();
-    let calls: i64 = messages.iter().map(NewMessage::tool_call_count).sum();
-    let (platform, inbound) = match &append.dedupe {
-        Some((platform, id)) => (Some(platform.as_str()), Some(id.as_str())),
-        None => (None, None),
-    };
-    let delivery = append.outbox.as_ref();
-    let (found, fresh, ids): (bool, bool, Vec<i64>) = sqlx::query_as(APPEND)
-        .bind(&append.session_id)
-        .bind(column(|m| Some(m.role.as_str().to_owned())))
-        .bind(column(|m| Some(m.content.clone())))
-        .bind(column(|m| m.tool_calls.as_ref().map(serde_json::Value::to_string)))
-        .bind(column(|m| m.tool_call_id.clone()))
-        .bind(column(|m| m.tool_name.clone()))
-        .bind(column(|m| m.platform_message_id.clone()))
-        .bind(messages.iter().map(|m| m.token_count).collect::<Vec<_>>())
-        .bind(now_ms())
-        .bind(platform)
-        .bind(inbound)
-        .bind(messages.len() as i64)
-        .bind(calls)
-        .bind(append.usage.input)
-        .bind(append.usage.output)
-        .bind(append.usage.context)
-        .bind(delivery.map(|d| d.chat.platform.as_str()))
-        .bind(delivery.map(|d| d.chat.id.as_str()))
-        .bind(delivery.and_then(|d| d.chat.thread.as_deref()))
-        .bind(delivery.map(|d| d.chat.kind.as_str()))
-        .bind(delivery.and_then(|d| d.reply_to.as_deref()))
-        .bind(delivery.map(|d| d.text.as_str()))
-        .fetch_one(pool)
-        .await?;
-    Ok(match (found, fresh) {
-        (false, _) => None,
-        (true, false) => Some(Appended::Duplicate),
-        (true, true) => Some(Appended::Stored(ids)),
-    })
 }
 
 /// Records an inbound id inside the caller's transaction; false when it was recorded before.

@@ -8,7 +8,9 @@
 
 mod copy;
 mod gateway;
+mod group;
 mod handover;
+mod index;
 mod lineage;
 mod locks;
 mod messages;
@@ -47,6 +49,10 @@ pub(crate) struct Inner {
     pub(crate) write_health: WriteHealth,
     /// The session locks, on a connection of their own.
     pub(crate) locks: locks::Locks,
+    /// When messages get their words for search.
+    pub(crate) indexer: crate::index::Indexer,
+    /// Appends and deliveries waiting to be written together.
+    pub(crate) group: group::Group,
 }
 
 impl Pg {
@@ -69,8 +75,15 @@ impl Pg {
 
     /// Closes every connection; what was committed is the database's.
     pub(crate) async fn close(&self) {
+        if let Err(e) = self.index_pending().await {
+            tracing::warn!(error = %e, "could not index the last messages for search; a later search or write will");
+        }
         self.inner.locks.close();
-        self.inner.pool.close().await;
+        // A connection still checked out by a task that outlived its gateway is dropped
+        // instead of waited for: what was committed is the database's anyway.
+        if tokio::time::timeout(Duration::from_secs(5), self.inner.pool.close()).await.is_err() {
+            tracing::warn!("some database connections were still in use at close; dropped them");
+        }
     }
 
     pub(crate) async fn ping(&self) -> Result<(), crate::StoreError> {

@@ -89,6 +89,8 @@ impl Pg {
                 busy_retries: AtomicU64::new(0),
                 write_health: WriteHealth::default(),
                 locks,
+                indexer: crate::index::Indexer::default(),
+                group: super::group::Group::default(),
             }),
         })
     }

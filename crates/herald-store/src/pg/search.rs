@@ -19,14 +19,6 @@ const NOTHING: &str = "'\u{E000}' & !'\u{E000}'";
 
 impl Pg {
     /// Nothing is ever pending: the database indexes each message as it is written.
-    pub(crate) async fn index_pending(&self) -> Result<u64, StoreError> {
-        Ok(0)
-    }
-
-    pub(crate) async fn unindexed(&self) -> Result<i64, StoreError> {
-        Ok(0)
-    }
-
     /// Searches messages, best match first, as [`crate::Store::search`] does on SQLite: word
     /// hits ranked, then, for text in scripts written without spaces, substring hits.
     pub(crate) async fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, StoreError> {
@@ -34,6 +26,7 @@ impl Pg {
         if !items.iter().any(|i| matches!(i, Item::Phrase { .. })) {
             return Ok(Vec::new());
         }
+        self.index_pending().await?;
         let tsquery = self.tsquery(&items).await?;
         let mut hits = self.word_search(&tsquery, &items, query).await?;
         if query.text.chars().any(is_cjk) {

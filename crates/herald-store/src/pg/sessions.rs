@@ -287,7 +287,7 @@ impl Pg {
             fts5: search_index,
             integrity: vec!["ok".to_owned()],
             search_index_ok: true,
-            unindexed: 0,
+            unindexed: self.unindexed().await?,
             server: Some(format!("PostgreSQL {version}")),
             extensions,
         })
@@ -301,17 +301,7 @@ pub(crate) async fn insert_session(
 ) -> Result<Session, sqlx::Error> {
     let now = now_ms();
     let hash = prompt_hash(&new.system_prompt);
-    // An upsert, not DO NOTHING: it holds the prompt's row until commit, so a replica deleting
-    // the last other session with this prompt cannot take the prompt away from under this one.
-    sqlx::query(
-        "INSERT INTO system_prompts (hash, prompt, created_at) VALUES ($1, $2, $3)
-         ON CONFLICT (hash) DO UPDATE SET created_at = system_prompts.created_at",
-    )
-    .bind(&hash)
-    .bind(&new.system_prompt)
-    .bind(now)
-    .execute(&mut *conn)
-    .await?;
+    keep_prompt(conn, &hash, &new.system_prompt, now).await?;
     sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "INSERT INTO sessions (id, source, session_key, chat_id, thread_id, user_id, chat_type,
                                model, system_prompt_hash, parent_session_id, started_at, updated_at)
@@ -331,6 +321,39 @@ pub(crate) async fn insert_session(
     .bind(now)
     .fetch_one(&mut *conn)
     .await
+}
+
+/// Makes sure the prompt's row exists and holds it with a shared lock until commit: a replica
+/// deleting the last other session with this prompt cannot take it away from under this one,
+/// while replicas creating sessions with the same prompt do not wait for each other (an upsert's
+/// exclusive lock made every new session of a busy gateway wait for the one before).
+async fn keep_prompt(
+    conn: &mut PgConnection,
+    hash: &str,
+    prompt: &str,
+    now: i64,
+) -> Result<(), sqlx::Error> {
+    // A prompt another transaction committed after this statement's snapshot, or deleted since,
+    // is neither inserted nor locked: the next try sees it as it is now.
+    for _ in 0..10 {
+        let kept: bool = sqlx::query_scalar(
+            "WITH added AS (
+                 INSERT INTO system_prompts (hash, prompt, created_at) VALUES ($1, $2, $3)
+                 ON CONFLICT (hash) DO NOTHING RETURNING 1
+             )
+             SELECT EXISTS (SELECT 1 FROM added)
+                 OR EXISTS (SELECT 1 FROM system_prompts WHERE hash = $1 FOR KEY SHARE)",
+        )
+        .bind(hash)
+        .bind(prompt)
+        .bind(now)
+        .fetch_one(&mut *conn)
+        .await?;
+        if kept {
+            return Ok(());
+        }
+    }
+    Err(sqlx::Error::Protocol("the system prompt kept vanishing while a session was created".into()))
 }
 
 /// The session with exactly this id, read on `conn`.

@@ -108,6 +108,25 @@ impl Pg {
     }
 }
 
+impl Pg {
+    /// [`Pg::write`] for a write that is one statement, so its own transaction: without the
+    /// round trips of BEGIN and COMMIT. `statement` runs it on the pool it is given.
+    pub(crate) async fn write_one<T, F>(&self, mut statement: F) -> Result<T, StoreError>
+    where
+        F: FnMut(sqlx::PgPool) -> BoxFuture<'static, Result<T, sqlx::Error>>,
+    {
+        let started = Instant::now();
+        let outcome = loop {
+            let attempt = statement(self.inner.pool.clone()).await;
+            if let Some(done) = self.retry_or_fail(attempt, started).await {
+                break done;
+            }
+        };
+        self.inner.write_health.record(outcome.as_ref().err());
+        outcome
+    }
+}
+
 /// The error on one line, as a log or a health report shows it.
 pub(crate) fn one_line(e: &sqlx::Error) -> String {
     e.to_string().lines().map(str::trim).collect::<Vec<_>>().join(" ")
