@@ -10,6 +10,7 @@ use herald_core::{
 };
 use herald_store::Session;
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
 
@@ -23,6 +24,8 @@ use crate::worker::{Idle, Input, Worker};
 
 /// Inputs a worker may have waiting before the router waits for it.
 const WORKER_INBOX: usize = 256;
+/// Keys with a message queued for another replica past which the finished ones are forgotten.
+const FORWARDING_SWEEP: usize = 1024;
 
 /// What reaches the router from the adapter tasks.
 #[derive(Debug)]
@@ -47,6 +50,8 @@ pub(crate) struct Router<P> {
     pub(crate) cursors: Cursors,
     idle: mpsc::Sender<Idle>,
     pairing: Pairing,
+    /// Per key, the last message on its way into the store for the replica running it.
+    forwarding: HashMap<SessionKey, JoinHandle<()>>,
 }
 
 impl<P: Provider + 'static> Router<P> {
@@ -64,6 +69,7 @@ impl<P: Provider + 'static> Router<P> {
             cursors,
             idle,
             pairing: Pairing::default(),
+            forwarding: HashMap::new(),
         }
     }
 
@@ -233,6 +239,11 @@ impl<P: Provider + 'static> Router<P> {
                             return;
                         }
                     };
+                    // What this replica was still queueing for the key's last holder goes
+                    // first: the new worker takes the queue in before anything else.
+                    if let Some(queueing) = self.forwarding.remove(&key) {
+                        let _ = queueing.await;
+                    }
                     let Some((chat, user)) = self.input_origin(&key, &input).await else {
                         return;
                     };
@@ -263,19 +274,32 @@ impl<P: Provider + 'static> Router<P> {
 
     /// Another replica runs this session: a message goes into the session's queue in the store
     /// (whoever holds the session hears of it and answers it in order); anything else is
-    /// already that replica's to do.
+    /// already that replica's to do. The store's round trip is not waited for here, where
+    /// every other chat's message waits too: each key's messages go in one after another.
     async fn elsewhere(&mut self, key: &SessionKey, input: Input) {
         let Input::Inbound(inbound, _) = input else { return };
         let Inbound { id, chat, user, text, ack, .. } = inbound;
-        match self.shared.store.queue_inbound(key.as_str(), &id, &chat, &user, &text).await {
-            Ok(queued) => {
-                ack.settle();
-                debug!(key = %key, ?queued, "queued for the replica running the session");
+        let store = self.shared.store.clone();
+        let before = self.forwarding.remove(key);
+        let owner = key.clone();
+        let queueing = self.tracker.spawn(async move {
+            if let Some(before) = before {
+                let _ = before.await;
             }
-            Err(e) => {
-                warn!(key = %key, error = %e, "could not queue a message for another replica; it will be delivered again");
+            match store.queue_inbound(owner.as_str(), &id, &chat, &user, &text).await {
+                Ok(queued) => {
+                    ack.settle();
+                    debug!(key = %owner, ?queued, "queued for the replica running the session");
+                }
+                Err(e) => {
+                    warn!(key = %owner, error = %e, "could not queue a message for another replica; it will be delivered again");
+                }
             }
+        });
+        if self.forwarding.len() >= FORWARDING_SWEEP {
+            self.forwarding.retain(|_, queueing| !queueing.is_finished());
         }
+        self.forwarding.insert(key.clone(), queueing);
     }
 
     /// Which chat and user a new worker starts with: the input's, or for a pull the first
@@ -294,10 +318,13 @@ impl<P: Provider + 'static> Router<P> {
         }
     }
 
-    /// Another replica queued a message for `key`: the key's worker takes it in, started here
-    /// when this replica gets the lock.
+    /// A message was queued for `key`: the key's worker here, if there is one, takes it in.
+    /// Every replica hears every queued message; one without the key's worker leaves it to the
+    /// replica that has one, or to the sweep for keys whose holder is gone.
     pub(crate) async fn on_queued(&mut self, key: SessionKey) {
-        self.dispatch(key, Input::Pull).await;
+        if self.workers.contains_key(&key) {
+            self.dispatch(key, Input::Pull).await;
+        }
     }
 
     /// The sweep found messages queued for `key`: a worker here has them (it queued them, or

@@ -235,7 +235,9 @@ const ROUND_SQL: &str = "
                input_tokens = s.input_tokens + ok.input, output_tokens = s.output_tokens + ok.output,
                context_tokens = CASE WHEN ok.context > 0 THEN ok.context ELSE s.context_tokens END,
                updated_at = $15
-        FROM ok WHERE s.id = ok.session_id
+        -- Through the array, so the sessions are found by their index whatever the planner
+        -- guesses of the round's size (a join of its own may scan every session).
+        FROM ok WHERE s.id = ANY((SELECT ids FROM found)::text[]) AND s.id = ok.session_id
     ),
     added AS (
         INSERT INTO messages (session_id, role, content, tool_calls, tool_call_id, tool_name,
