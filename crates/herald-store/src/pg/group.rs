@@ -52,9 +52,15 @@ struct Queue {
 
 #[derive(Debug)]
 enum Pending {
-    Append { append: Append, reply: oneshot::Sender<Result<Appended, StoreError>> },
+    Append {
+        append: Append,
+        reply: oneshot::Sender<Result<Appended, StoreError>>,
+    },
     /// A reply its platform took: its outbox row goes.
-    Delivered { message_id: i64, reply: oneshot::Sender<Result<(), StoreError>> },
+    Delivered {
+        message_id: i64,
+        reply: oneshot::Sender<Result<(), StoreError>>,
+    },
 }
 
 /// What one statement writes.
@@ -275,11 +281,8 @@ async fn write_once(
 ) -> Result<Vec<Result<Appended, StoreError>>, sqlx::Error> {
     let each = |f: fn(&Append) -> Option<String>| appends.iter().map(|a| f(a)).collect::<Vec<_>>();
     let count = |f: fn(&Append) -> i64| appends.iter().map(|a| f(a)).collect::<Vec<_>>();
-    let messages: Vec<(i64, &NewMessage)> = appends
-        .iter()
-        .zip(1..)
-        .flat_map(|(a, i)| a.messages.iter().map(move |m| (i, m)))
-        .collect();
+    let messages: Vec<(i64, &NewMessage)> =
+        appends.iter().zip(1..).flat_map(|(a, i)| a.messages.iter().map(move |m| (i, m))).collect();
     let column = |f: fn(&NewMessage) -> Option<String>| {
         messages.iter().map(|(_, m)| f(m)).collect::<Vec<_>>()
     };

@@ -353,7 +353,9 @@ async fn keep_prompt(
             return Ok(());
         }
     }
-    Err(sqlx::Error::Protocol("the system prompt kept vanishing while a session was created".into()))
+    Err(sqlx::Error::Protocol(
+        "the system prompt kept vanishing while a session was created".into(),
+    ))
 }
 
 /// The session with exactly this id, read on `conn`.
