@@ -188,6 +188,20 @@ impl Lite {
         .await?)
     }
 
+    /// Whether the session `session_key` is routed to is open and its last message is a
+    /// person's, not yet answered: its last turn never finished.
+    pub async fn left_unanswered(&self, session_key: &str) -> Result<bool, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM routes r JOIN sessions s ON s.id = r.session_id
+                            WHERE r.session_key = ? AND s.ended_at IS NULL
+                              AND (SELECT role FROM messages WHERE session_no = s.no
+                                   ORDER BY id DESC LIMIT 1) = 'user')",
+        )
+        .bind(session_key)
+        .fetch_one(&self.inner.pool)
+        .await?)
+    }
+
     /// Drops a session's last exchange: the last message a person wrote and everything after
     /// it. Returns how many messages were removed (0 when there is no such message).
     pub async fn undo_last_exchange(&self, session_id: &str) -> Result<u64, StoreError> {

@@ -217,6 +217,9 @@ pass_on! {
     fn queued_inbound(&self) -> Result<Vec<QueuedInbound>, StoreError>;
     /// Open routed sessions whose last message is a user's, not yet answered.
     fn unanswered_sessions(&self) -> Result<Vec<Session>, StoreError>;
+    /// Whether the session `session_key` is routed to is open and its last message is a
+    /// user's, not yet answered.
+    fn left_unanswered(&self, session_key: &str) -> Result<bool, StoreError>;
     /// What is queued for one session key, in queue order.
     fn queued_for(&self, session_key: &str) -> Result<Vec<QueuedInbound>, StoreError>;
     /// Every session key with queued messages, the one waiting longest first: what the

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use herald_agent::{PromptContext, Provider, assemble_system_prompt};
-use herald_core::{ChatKind, Role};
+use herald_core::ChatKind;
 use herald_store::{NewSession, Session, StoreError};
 use tracing::{info, warn};
 
@@ -27,15 +27,8 @@ impl<P: Provider + 'static> Worker<P> {
 
     /// Whether the key's session ends with a message nobody answered.
     pub(super) async fn left_unanswered(&self) -> bool {
-        let store = &self.shared.store;
-        let Ok(Some(session)) = store.routed_session(self.key.as_str()).await else {
-            return false;
-        };
-        if session.ended_at.is_some() {
-            return false;
-        }
-        match store.history(&session.id).await {
-            Ok(history) => history.last().is_some_and(|m| m.role == Role::User),
+        match self.shared.store.left_unanswered(self.key.as_str()).await {
+            Ok(unanswered) => unanswered,
             Err(e) => {
                 warn!(key = %self.key, error = %e, "could not read the session to see whether it was left unanswered");
                 false

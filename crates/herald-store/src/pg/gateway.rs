@@ -154,6 +154,18 @@ impl Pg {
         .await?)
     }
 
+    pub(crate) async fn left_unanswered(&self, session_key: &str) -> Result<bool, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM routes r JOIN sessions s ON s.id = r.session_id
+                            WHERE r.session_key = $1 AND s.ended_at IS NULL
+                              AND (SELECT role FROM messages WHERE session_id = s.id
+                                   ORDER BY id DESC LIMIT 1) = 'user')",
+        )
+        .bind(session_key)
+        .fetch_one(&self.inner.pool)
+        .await?)
+    }
+
     pub(crate) async fn undo_last_exchange(&self, session_id: &str) -> Result<u64, StoreError> {
         let session_id = Arc::<str>::from(session_id);
         self.write(move |tx| {
@@ -199,13 +211,14 @@ async fn take_in(
     session_id: &str,
     seqs: &[i64],
 ) -> Result<Option<Vec<i64>>, sqlx::Error> {
-    let (found, ids): (bool, Vec<i64>) = sqlx::query_as(TAKE)
-        .bind(session_id)
-        .bind(seqs)
-        .bind(now_ms())
-        .bind(Role::User.as_str())
-        .fetch_one(pool)
-        .await?;
+    // One message (nearly always) by a statement of its own: PostgreSQL plans the array's
+    // statement again at every call, guessing the array's length.
+    let query = match seqs {
+        [seq] => sqlx::query_as(TAKE_ONE).bind(session_id).bind(seq),
+        seqs => sqlx::query_as(TAKE).bind(session_id).bind(seqs),
+    };
+    let (found, ids): (bool, Vec<i64>) =
+        query.bind(now_ms()).bind(Role::User.as_str()).fetch_one(pool).await?;
     Ok(found.then_some(ids))
 }
 
@@ -228,6 +241,24 @@ const TAKE: &str = "
         WHERE id = $1 AND EXISTS (SELECT 1 FROM added)
     )
     SELECT EXISTS (SELECT 1 FROM found), array(SELECT id FROM added ORDER BY id)";
+
+/// [`TAKE`] for one message.
+const TAKE_ONE: &str = "
+    WITH found AS (SELECT id FROM sessions WHERE id = $1 FOR UPDATE),
+    taken AS (
+        DELETE FROM inbound_queue WHERE seq = $2 AND EXISTS (SELECT 1 FROM found)
+        RETURNING message_id, content
+    ),
+    added AS (
+        INSERT INTO messages (session_id, role, content, platform_message_id, created_at)
+        SELECT $1, $4, content, message_id, $3 FROM taken
+        RETURNING id
+    ),
+    counted AS (
+        UPDATE sessions SET message_count = message_count + 1, updated_at = $3
+        WHERE id = $1 AND EXISTS (SELECT 1 FROM added)
+    )
+    SELECT EXISTS (SELECT 1 FROM found), array(SELECT id FROM added)";
 
 /// The statement of [`Pg::queue_inbound`]: the inbound id recorded, the message queued and
 /// every replica told (once this commits, the one running the session takes it in at once);

@@ -206,9 +206,17 @@ async fn only_open_routed_sessions_waiting_for_an_answer_are_unanswered(store, s
         ],
     );
 
+    // The same question asked of one key, as a worker starting on a shared store asks it.
+    let keys = [(1, true), (2, false), (3, false), (4, false), (5, false)];
+    for (chat, expected) in keys {
+        let key = format!("telegram:dm:{chat}");
+        assert_eq!(store.left_unanswered(&key).await.unwrap(), expected, "{key}");
+    }
+
     store.append_messages(&waiting.id, vec![NewMessage::assistant("yes")]).await.unwrap();
     let listed = store.unanswered_sessions().await.unwrap();
     check(&listed, &[(&waiting, false)]);
+    assert!(!store.left_unanswered("telegram:dm:1").await.unwrap());
 }
 
 async fn undo_drops_the_last_exchange_with_its_tool_calls(store, scratch) {
