@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use sqlx::{Connection, PgConnection};
+use sqlx::PgConnection;
 
 use super::Pg;
 use super::sessions::{end_in, insert_session, read_session};
@@ -26,6 +26,30 @@ fn routed_sql() -> String {
     )
 }
 
+/// A new session routed from a key, in one statement (the caller adds `RETURNING`): the prompt
+/// kept (as `keep_prompt` does), the route inserted unless another replica's is there (its
+/// insert waits for that replica's to commit or roll back), and the session only with the
+/// route. Foreign keys are checked at the end of the statement, when both rows are in.
+const ROUTE_NEW: &str = "
+    WITH prompt AS (
+        INSERT INTO system_prompts (hash, prompt, created_at) VALUES ($9, $13, $11)
+        ON CONFLICT (hash) DO NOTHING
+        RETURNING 1
+    ),
+    kept AS (
+        SELECT EXISTS (SELECT 1 FROM prompt)
+            OR EXISTS (SELECT 1 FROM system_prompts WHERE hash = $9 FOR KEY SHARE) AS ok
+    ),
+    routed AS (
+        INSERT INTO routes (session_key, session_id, updated_at)
+        SELECT $12, $1, $11 WHERE (SELECT ok FROM kept)
+        ON CONFLICT (session_key) DO NOTHING
+        RETURNING 1
+    )
+    INSERT INTO sessions (id, source, session_key, chat_id, thread_id, user_id, chat_type, model,
+                          system_prompt_hash, parent_session_id, started_at, updated_at)
+    SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11 WHERE EXISTS (SELECT 1 FROM routed)";
+
 impl Pg {
     pub(crate) async fn routed_session(&self, key: &str) -> Result<Option<Session>, StoreError> {
         Ok(sqlx::query_as(sqlx::AssertSqlSafe(routed_sql()))
@@ -35,7 +59,7 @@ impl Pg {
     }
 
     /// As on SQLite; two replicas creating the route of one key at once end with one session:
-    /// the one whose route insert loses takes back its session and returns the winner's.
+    /// the one whose route insert loses writes nothing and returns the winner's.
     pub(crate) async fn route_or_create(
         &self,
         key: &str,
@@ -45,33 +69,38 @@ impl Pg {
             return Ok((session, false));
         }
         let (key, new) = (Arc::<str>::from(key), Arc::new(new.clone()));
-        self.write(move |tx| {
+        self.write_one(move |pool| {
             let (key, new) = (Arc::clone(&key), Arc::clone(&new));
             Box::pin(async move {
                 loop {
-                    let mut attempt = tx.begin().await?;
-                    let session = insert_session(&mut attempt, &new).await?;
-                    // Waits for a replica inserting the same key until it commits or rolls back.
-                    let routed = sqlx::query(
-                        "INSERT INTO routes (session_key, session_id, updated_at)
-                         VALUES ($1, $2, $3) ON CONFLICT (session_key) DO NOTHING",
-                    )
+                    let now = now_ms();
+                    let created: Option<Session> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                        "{ROUTE_NEW} RETURNING {SESSION_COLUMNS}"
+                    )))
+                    .bind(uuid::Uuid::now_v7().to_string())
+                    .bind(new.source.as_str())
+                    .bind(&new.session_key)
+                    .bind(&new.chat_id)
+                    .bind(&new.thread_id)
+                    .bind(&new.user_id)
+                    .bind(&new.chat_type)
+                    .bind(&new.model)
+                    .bind(crate::sessions::prompt_hash(&new.system_prompt))
+                    .bind(&new.parent_session_id)
+                    .bind(now)
                     .bind(&*key)
-                    .bind(&session.id)
-                    .bind(now_ms())
-                    .execute(&mut *attempt)
-                    .await?
-                    .rows_affected();
-                    if routed > 0 {
-                        attempt.commit().await?;
+                    .bind(&new.system_prompt)
+                    .fetch_optional(&pool)
+                    .await?;
+                    if let Some(session) = created {
                         return Ok((session, true));
                     }
-                    attempt.rollback().await?;
                     let winner: Option<Session> = sqlx::query_as(sqlx::AssertSqlSafe(routed_sql()))
                         .bind(&*key)
-                        .fetch_optional(&mut **tx)
+                        .fetch_optional(&pool)
                         .await?;
-                    // None only when the winner's session was deleted since: try again.
+                    // None only when the winner's session was deleted since, or the prompt
+                    // vanished under this one: try again.
                     if let Some(winner) = winner {
                         return Ok((winner, false));
                     }
