@@ -9,7 +9,7 @@ use herald_core::{
     AdapterEvent, ChatKind, ChatRef, Inbound, Placement, Platform, SessionKey, UserRef,
 };
 use herald_store::Session;
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinHandle;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
@@ -26,6 +26,8 @@ use crate::worker::{Idle, Input, Worker};
 const WORKER_INBOX: usize = 256;
 /// Keys with a message queued for another replica past which the finished ones are forgotten.
 const FORWARDING_SWEEP: usize = 1024;
+/// Messages being queued for other replicas at once.
+const FORWARDING_AT_ONCE: usize = 512;
 
 /// What reaches the router from the adapter tasks.
 #[derive(Debug)]
@@ -52,6 +54,9 @@ pub(crate) struct Router<P> {
     pairing: Pairing,
     /// Per key, the last message on its way into the store for the replica running it.
     forwarding: HashMap<SessionKey, JoinHandle<()>>,
+    /// Messages on their way into the store at once, at most: past that the router waits,
+    /// and so do the platforms.
+    forwarding_room: Arc<Semaphore>,
 }
 
 impl<P: Provider + 'static> Router<P> {
@@ -70,6 +75,7 @@ impl<P: Provider + 'static> Router<P> {
             idle,
             pairing: Pairing::default(),
             forwarding: HashMap::new(),
+            forwarding_room: Arc::new(Semaphore::new(FORWARDING_AT_ONCE)),
         }
     }
 
@@ -282,7 +288,10 @@ impl<P: Provider + 'static> Router<P> {
         let store = self.shared.store.clone();
         let before = self.forwarding.remove(key);
         let owner = key.clone();
+        // Never closed.
+        let room = Arc::clone(&self.forwarding_room).acquire_owned().await;
         let queueing = self.tracker.spawn(async move {
+            let _room = room;
             if let Some(before) = before {
                 let _ = before.await;
             }

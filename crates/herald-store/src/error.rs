@@ -98,6 +98,7 @@ impl StoreError {
         match self {
             StoreError::Busy { waited_ms } => StoreError::Busy { waited_ms: *waited_ms },
             StoreError::Closed => StoreError::Closed,
+            StoreError::WriteFailed(reason) => StoreError::WriteFailed(reason.clone()),
             other => StoreError::WriteFailed(other.to_string()),
         }
     }

@@ -9,8 +9,9 @@
 //!
 //! The statement tells a round's appends apart by session, so a round holds each session, and
 //! each inbound id, once; an append that would repeat one waits for the next round, with every
-//! later append of its session. A round the database refuses for a reason a retry cannot cure is
-//! written again one append at a time, so that the append at fault fails alone.
+//! later append of its session. A round the database refuses for what it holds (a value, a
+//! constraint) is written again one append at a time, so that the append at fault fails alone;
+//! any other failure is every caller's.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -18,6 +19,7 @@ use std::time::Instant;
 
 use herald_core::Platform;
 use tokio::sync::{Semaphore, oneshot};
+use tracing::debug;
 
 use super::Pg;
 use crate::error::StoreError;
@@ -116,11 +118,7 @@ impl Pg {
         let delivered: Vec<i64> = round.delivered.iter().map(|(id, _)| *id).collect();
         match self.try_round(&appends, &delivered).await {
             Ok(results) => {
-                let stored = results.iter().map(|r| match r {
-                    Ok(Appended::Stored(ids)) => ids.len() as u64,
-                    _ => 0,
-                });
-                crate::index::schedule_indexing(self, stored.sum());
+                self.stored(&results);
                 for ((_, reply), result) in round.appends.into_iter().zip(results) {
                     let _ = reply.send(result);
                 }
@@ -128,12 +126,14 @@ impl Pg {
                     let _ = reply.send(Ok(()));
                 }
             }
-            Err(StoreError::Sqlx(_)) if appends.len() + delivered.len() > 1 => {
+            Err(e) if refused_data(&e) && appends.len() + delivered.len() > 1 => {
+                debug!(error = %e, writes = appends.len() + delivered.len(), "a batch was refused; writing its writes one by one");
                 for (append, reply) in round.appends {
                     let result = match self.try_round(&[&append], &[]).await {
                         Ok(mut results) => results.pop().unwrap_or(Err(StoreError::Closed)),
                         Err(e) => Err(e),
                     };
+                    self.stored(std::slice::from_ref(&result));
                     let _ = reply.send(result);
                 }
                 for (id, reply) in round.delivered {
@@ -155,6 +155,15 @@ impl Pg {
         }
     }
 
+    /// Lets the indexer know of the messages these appends stored.
+    fn stored(&self, results: &[Result<Appended, StoreError>]) {
+        let stored = results.iter().map(|r| match r {
+            Ok(Appended::Stored(ids)) => ids.len() as u64,
+            _ => 0,
+        });
+        crate::index::schedule_indexing(self, stored.sum());
+    }
+
     /// Writes a round, retried whole while the failure is one a retry can cure and patience
     /// lasts; each append's own outcome in order.
     async fn try_round(
@@ -172,6 +181,15 @@ impl Pg {
         self.inner.write_health.record(outcome.as_ref().err());
         outcome
     }
+}
+
+/// Whether the database refused what a round holds (a value it cannot take, a constraint),
+/// as opposed to being out of reach: only then may one append be at fault, and the round is
+/// written again one append at a time.
+fn refused_data(e: &StoreError) -> bool {
+    let StoreError::Sqlx(sqlx::Error::Database(db)) = e else { return false };
+    // data_exception, integrity_constraint_violation, program_limit_exceeded
+    db.code().is_some_and(|code| ["22", "23", "54"].iter().any(|class| code.starts_with(class)))
 }
 
 /// The round to write now, and what waits for the next.

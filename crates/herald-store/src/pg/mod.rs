@@ -75,14 +75,17 @@ impl Pg {
 
     /// Closes every connection; what was committed is the database's.
     pub(crate) async fn close(&self) {
+        // The sessions go first: other replicas may take them over while this one indexes.
+        self.inner.locks.close();
         if let Err(e) = self.index_pending().await {
             tracing::warn!(error = %e, "could not index the last messages for search; a later search or write will");
         }
-        self.inner.locks.close();
-        // A connection still checked out by a task that outlived its gateway is dropped
-        // instead of waited for: what was committed is the database's anyway.
+        // A connection still checked out by a task that outlived its gateway is not waited
+        // for: what was committed is the database's anyway.
         if tokio::time::timeout(Duration::from_secs(5), self.inner.pool.close()).await.is_err() {
-            tracing::warn!("some database connections were still in use at close; dropped them");
+            tracing::warn!(
+                "some database connections were still in use at close; stopped waiting for them"
+            );
         }
     }
 

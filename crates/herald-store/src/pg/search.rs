@@ -18,7 +18,6 @@ use crate::snippet::Marks;
 const NOTHING: &str = "'\u{E000}' & !'\u{E000}'";
 
 impl Pg {
-    /// Nothing is ever pending: the database indexes each message as it is written.
     /// Searches messages, best match first, as [`crate::Store::search`] does on SQLite: word
     /// hits ranked, then, for text in scripts written without spaces, substring hits.
     pub(crate) async fn search(&self, query: &SearchQuery) -> Result<Vec<SearchHit>, StoreError> {
@@ -26,6 +25,7 @@ impl Pg {
         if !items.iter().any(|i| matches!(i, Item::Phrase { .. })) {
             return Ok(Vec::new());
         }
+        // Every message committed before the search is searchable.
         self.index_pending().await?;
         let tsquery = self.tsquery(&items).await?;
         let mut hits = self.word_search(&tsquery, &items, query).await?;

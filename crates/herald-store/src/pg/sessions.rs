@@ -353,9 +353,8 @@ async fn keep_prompt(
             return Ok(());
         }
     }
-    Err(sqlx::Error::Protocol(
-        "the system prompt kept vanishing while a session was created".into(),
-    ))
+    // Not an error that retrying the whole write is meant for (those are connection troubles).
+    Err(sqlx::Error::RowNotFound)
 }
 
 /// The session with exactly this id, read on `conn`.

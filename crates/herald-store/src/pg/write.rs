@@ -17,7 +17,10 @@ const RETRY_STATES: [&str; 3] = ["40001", "40P01", "55P03"];
 /// Whether the error may go away by running the whole transaction again.
 pub(crate) fn is_retryable(e: &sqlx::Error) -> bool {
     match e {
-        sqlx::Error::Database(db) => db.code().is_some_and(|c| RETRY_STATES.contains(&c.as_ref())),
+        sqlx::Error::Database(db) => db.code().is_some_and(|c| {
+            // connection_exception, or the server shutting down or starting (57P01-57P03)
+            RETRY_STATES.contains(&c.as_ref()) || c.starts_with("08") || c.starts_with("57P")
+        }),
         // The server restarted or the network dropped: the pool opens a new connection.
         sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::Protocol(_) => true,
         _ => false,
