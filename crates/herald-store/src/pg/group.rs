@@ -291,9 +291,10 @@ const ROUND_SQL: &str = "
            array(SELECT id FROM added WHERE added.session_id = a.session_id ORDER BY id)
     FROM a ORDER BY a.i";
 
-/// One try of a round: each append's outcome, in order.
-async fn write_once(
-    pool: &sqlx::PgPool,
+/// One try of a round, on the pool or inside a caller's transaction: each append's outcome,
+/// in order.
+pub(crate) async fn write_once(
+    db: impl sqlx::PgExecutor<'_>,
     appends: &[&Append],
     delivered: &[i64],
 ) -> Result<Vec<Result<Appended, StoreError>>, sqlx::Error> {
@@ -313,12 +314,12 @@ async fn write_once(
         .bind(count(|a| a.usage.input))
         .bind(count(|a| a.usage.output))
         .bind(count(|a| a.usage.context))
-        .bind(each(|a| outbox(a).map(|d| d.chat.platform.as_str().to_owned())))
-        .bind(each(|a| outbox(a).map(|d| d.chat.id.clone())))
-        .bind(each(|a| outbox(a).and_then(|d| d.chat.thread.clone())))
-        .bind(each(|a| outbox(a).map(|d| d.chat.kind.as_str().to_owned())))
-        .bind(each(|a| outbox(a).and_then(|d| d.reply_to.clone())))
-        .bind(each(|a| outbox(a).map(|d| d.text.clone())))
+        .bind(each(|a| a.outbox.as_ref().map(|d| d.chat.platform.as_str().to_owned())))
+        .bind(each(|a| a.outbox.as_ref().map(|d| d.chat.id.clone())))
+        .bind(each(|a| a.outbox.as_ref().and_then(|d| d.chat.thread.clone())))
+        .bind(each(|a| a.outbox.as_ref().map(|d| d.chat.kind.as_str().to_owned())))
+        .bind(each(|a| a.outbox.as_ref().and_then(|d| d.reply_to.clone())))
+        .bind(each(|a| a.outbox.as_ref().map(|d| d.text.clone())))
         .bind(now_ms())
         .bind(messages.iter().map(|(i, _)| *i).collect::<Vec<_>>())
         .bind(column(|m| Some(m.role.as_str().to_owned())))
@@ -329,7 +330,7 @@ async fn write_once(
         .bind(column(|m| m.platform_message_id.clone()))
         .bind(messages.iter().map(|(_, m)| m.token_count).collect::<Vec<_>>())
         .bind(delivered)
-        .fetch_all(pool)
+        .fetch_all(db)
         .await?;
     Ok(appends
         .iter()
@@ -340,10 +341,4 @@ async fn write_once(
             (true, true) => Ok(Appended::Stored(ids)),
         })
         .collect())
-}
-
-/// Where an append's reply goes, when it has one (a reply without messages has nothing to
-/// deliver).
-fn outbox(append: &Append) -> Option<&crate::messages::Delivery> {
-    append.outbox.as_ref().filter(|_| !append.messages.is_empty())
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use sqlx::PgConnection;
 
 use super::Pg;
-use super::sessions::{end_in, insert_session, read_session};
+use super::sessions::{bind_new, end_in, insert_session, new_session_sql, read_session};
 use crate::error::StoreError;
 use crate::lineage::{COMPRESSED, MAX_DEPTH, nearest_kept, split_number};
 use crate::messages::{Append, Appended, NewMessage, TokenUsage};
@@ -25,30 +25,6 @@ fn routed_sql() -> String {
          WHERE id = (SELECT session_id FROM routes WHERE session_key = $1)"
     )
 }
-
-/// A new session routed from a key, in one statement (the caller adds `RETURNING`): the prompt
-/// kept (as `keep_prompt` does), the route inserted unless another replica's is there (its
-/// insert waits for that replica's to commit or roll back), and the session only with the
-/// route. Foreign keys are checked at the end of the statement, when both rows are in.
-const ROUTE_NEW: &str = "
-    WITH prompt AS (
-        INSERT INTO system_prompts (hash, prompt, created_at) VALUES ($9, $13, $11)
-        ON CONFLICT (hash) DO NOTHING
-        RETURNING 1
-    ),
-    kept AS (
-        SELECT EXISTS (SELECT 1 FROM prompt)
-            OR EXISTS (SELECT 1 FROM system_prompts WHERE hash = $9 FOR KEY SHARE) AS ok
-    ),
-    routed AS (
-        INSERT INTO routes (session_key, session_id, updated_at)
-        SELECT $12, $1, $11 WHERE (SELECT ok FROM kept)
-        ON CONFLICT (session_key) DO NOTHING
-        RETURNING 1
-    )
-    INSERT INTO sessions (id, source, session_key, chat_id, thread_id, user_id, chat_type, model,
-                          system_prompt_hash, parent_session_id, started_at, updated_at)
-    SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11 WHERE EXISTS (SELECT 1 FROM routed)";
 
 impl Pg {
     pub(crate) async fn routed_session(&self, key: &str) -> Result<Option<Session>, StoreError> {
@@ -73,25 +49,11 @@ impl Pg {
             let (key, new) = (Arc::clone(&key), Arc::clone(&new));
             Box::pin(async move {
                 loop {
-                    let now = now_ms();
-                    let created: Option<Session> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-                        "{ROUTE_NEW} RETURNING {SESSION_COLUMNS}"
-                    )))
-                    .bind(uuid::Uuid::now_v7().to_string())
-                    .bind(new.source.as_str())
-                    .bind(&new.session_key)
-                    .bind(&new.chat_id)
-                    .bind(&new.thread_id)
-                    .bind(&new.user_id)
-                    .bind(&new.chat_type)
-                    .bind(&new.model)
-                    .bind(crate::sessions::prompt_hash(&new.system_prompt))
-                    .bind(&new.parent_session_id)
-                    .bind(now)
-                    .bind(&*key)
-                    .bind(&new.system_prompt)
-                    .fetch_optional(&pool)
-                    .await?;
+                    let sql = sqlx::AssertSqlSafe(new_session_sql(true));
+                    let created: Option<Session> = bind_new(sqlx::query_as(sql), &new, now_ms())
+                        .bind(&*key)
+                        .fetch_optional(&pool)
+                        .await?;
                     if let Some(session) = created {
                         return Ok((session, true));
                     }
@@ -241,9 +203,9 @@ async fn compress(
             outbox: None,
         };
         // The child was inserted above in this transaction: it cannot be missing.
-        match super::messages::append_in(conn, &append).await? {
-            Some(Appended::Stored(_)) => {}
-            _ => return Err(sqlx::Error::RowNotFound),
+        let mut stored = super::group::write_once(&mut *conn, &[&append], &[]).await?;
+        if !matches!(stored.pop(), Some(Ok(Appended::Stored(_)))) {
+            return Err(sqlx::Error::RowNotFound);
         }
     }
     Ok(read_session(conn, &child.id).await?.ok_or(StoreError::SessionNotFound(child.id)))

@@ -299,62 +299,78 @@ pub(crate) async fn insert_session(
     conn: &mut PgConnection,
     new: &NewSession,
 ) -> Result<Session, sqlx::Error> {
-    let now = now_ms();
-    let hash = prompt_hash(&new.system_prompt);
-    keep_prompt(conn, &hash, &new.system_prompt, now).await?;
-    sqlx::query_as(sqlx::AssertSqlSafe(format!(
-        "INSERT INTO sessions (id, source, session_key, chat_id, thread_id, user_id, chat_type,
-                               model, system_prompt_hash, parent_session_id, started_at, updated_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11)
-         RETURNING {SESSION_COLUMNS}"
-    )))
-    .bind(uuid::Uuid::now_v7().to_string())
-    .bind(new.source.as_str())
-    .bind(&new.session_key)
-    .bind(&new.chat_id)
-    .bind(&new.thread_id)
-    .bind(&new.user_id)
-    .bind(&new.chat_type)
-    .bind(&new.model)
-    .bind(&hash)
-    .bind(&new.parent_session_id)
-    .bind(now)
-    .fetch_one(&mut *conn)
-    .await
-}
-
-/// Makes sure the prompt's row exists and holds it with a shared lock until commit: a replica
-/// deleting the last other session with this prompt cannot take it away from under this one,
-/// while replicas creating sessions with the same prompt do not wait for each other (an upsert's
-/// exclusive lock made every new session of a busy gateway wait for the one before).
-async fn keep_prompt(
-    conn: &mut PgConnection,
-    hash: &str,
-    prompt: &str,
-    now: i64,
-) -> Result<(), sqlx::Error> {
-    // A prompt another transaction committed after this statement's snapshot, or deleted since,
-    // is neither inserted nor locked: the next try sees it as it is now.
+    let sql = new_session_sql(false);
     for _ in 0..10 {
-        let kept: bool = sqlx::query_scalar(
-            "WITH added AS (
-                 INSERT INTO system_prompts (hash, prompt, created_at) VALUES ($1, $2, $3)
-                 ON CONFLICT (hash) DO NOTHING RETURNING 1
-             )
-             SELECT EXISTS (SELECT 1 FROM added)
-                 OR EXISTS (SELECT 1 FROM system_prompts WHERE hash = $1 FOR KEY SHARE)",
-        )
-        .bind(hash)
-        .bind(prompt)
-        .bind(now)
-        .fetch_one(&mut *conn)
-        .await?;
-        if kept {
-            return Ok(());
+        let query = bind_new(sqlx::query_as(sqlx::AssertSqlSafe(sql.clone())), new, now_ms());
+        if let Some(session) = query.fetch_optional(&mut *conn).await? {
+            return Ok(session);
         }
     }
     // Not an error that retrying the whole write is meant for (those are connection troubles).
     Err(sqlx::Error::RowNotFound)
+}
+
+/// The statement creating a session, with `RETURNING` its columns, `$1` to `$12` bound by
+/// [`bind_new`]; with `routed`, only along with the route of the key `$13`.
+///
+/// The prompt's row is inserted, or held with a shared lock until commit: a replica deleting
+/// the last other session with this prompt cannot take it away from under this one, while
+/// sessions created at once with the same prompt do not wait for each other (an upsert's
+/// exclusive lock made every new session of a busy gateway wait for the one before). A prompt
+/// committed after the statement began, or deleted since, is neither: no row, and the caller
+/// tries again. A route insert waits for another replica's of the same key to commit or roll
+/// back, and the session goes in only with the route; foreign keys are checked at the end of
+/// the statement, when every row is in.
+pub(crate) fn new_session_sql(routed: bool) -> String {
+    let (route, only_if) = if routed {
+        (
+            ", routed AS (
+                 INSERT INTO routes (session_key, session_id, updated_at)
+                 SELECT $13, $1, $11 WHERE (SELECT ok FROM kept)
+                 ON CONFLICT (session_key) DO NOTHING
+                 RETURNING 1
+             )",
+            "EXISTS (SELECT 1 FROM routed)",
+        )
+    } else {
+        ("", "(SELECT ok FROM kept)")
+    };
+    format!(
+        "WITH prompt AS (
+             INSERT INTO system_prompts (hash, prompt, created_at) VALUES ($9, $12, $11)
+             ON CONFLICT (hash) DO NOTHING
+             RETURNING 1
+         ),
+         kept AS (
+             SELECT EXISTS (SELECT 1 FROM prompt)
+                 OR EXISTS (SELECT 1 FROM system_prompts WHERE hash = $9 FOR KEY SHARE) AS ok
+         ){route}
+         INSERT INTO sessions (id, source, session_key, chat_id, thread_id, user_id, chat_type,
+                               model, system_prompt_hash, parent_session_id, started_at, updated_at)
+         SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11 WHERE {only_if}
+         RETURNING {SESSION_COLUMNS}"
+    )
+}
+
+/// Binds a new session as `$1` to `$12` of [`new_session_sql`], with a fresh id.
+pub(crate) fn bind_new<'q, O>(
+    query: sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments>,
+    new: &'q NewSession,
+    now: i64,
+) -> sqlx::query::QueryAs<'q, sqlx::Postgres, O, sqlx::postgres::PgArguments> {
+    query
+        .bind(uuid::Uuid::now_v7().to_string())
+        .bind(new.source.as_str())
+        .bind(&new.session_key)
+        .bind(&new.chat_id)
+        .bind(&new.thread_id)
+        .bind(&new.user_id)
+        .bind(&new.chat_type)
+        .bind(&new.model)
+        .bind(prompt_hash(&new.system_prompt))
+        .bind(&new.parent_session_id)
+        .bind(now)
+        .bind(&new.system_prompt)
 }
 
 /// The session with exactly this id, read on `conn`.
