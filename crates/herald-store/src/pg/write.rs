@@ -109,9 +109,7 @@ impl Pg {
         self.inner.write_health.record(outcome.as_ref().err());
         outcome
     }
-}
 
-impl Pg {
     /// [`Pg::write`] for a write that is one statement, so its own transaction: without the
     /// round trips of BEGIN and COMMIT. `statement` runs it on the pool it is given.
     pub(crate) async fn write_one<T, F>(&self, mut statement: F) -> Result<T, StoreError>
