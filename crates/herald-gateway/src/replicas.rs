@@ -38,8 +38,8 @@ pub(crate) enum Found {
     Heard(SessionKey),
     /// Notifications may have been missed: every worker here looks at its queue.
     Missed,
-    /// Messages wait in the queue of this session key (the sweep): taken in by this replica
-    /// when no replica holds the session; a holder heard of them already.
+    /// Messages wait in the queue of this session key and no replica holds its session (the
+    /// sweep): taken in by this replica if it gets the session's lock first.
     Queued(SessionKey),
     /// This session's last message is unanswered.
     Unanswered(Box<Session>),
@@ -72,7 +72,7 @@ pub(crate) async fn watch(
                 }
             }
             _ = sweep.tick() => {
-                match store.queued_keys().await {
+                match store.orphaned_keys().await {
                     Ok(keys) => {
                         for key in keys {
                             if found.send(Found::Queued(SessionKey::from_stored(key))).await.is_err() {

@@ -87,13 +87,20 @@ impl Lite {
         rows.into_iter().map(QueuedInbound::try_from).collect()
     }
 
-    /// Every session key with queued messages, the one waiting longest first.
-    pub async fn queued_keys(&self) -> Result<Vec<String>, StoreError> {
-        Ok(sqlx::query_scalar(
+    /// Every session key with queued messages whose session no store on this file holds, the
+    /// one waiting longest first.
+    pub async fn orphaned_keys(&self) -> Result<Vec<String>, StoreError> {
+        let keys: Vec<String> = sqlx::query_scalar(
             "SELECT session_key FROM inbound_queue GROUP BY session_key ORDER BY min(seq)",
         )
         .fetch_all(&self.inner.pool)
-        .await?)
+        .await?;
+        let file = self.canonical_path();
+        let held = HELD.lock().unwrap_or_else(|p| p.into_inner());
+        Ok(keys
+            .into_iter()
+            .filter(|key| !held.contains(&(file.clone(), format!("{SESSION_SPACE}:{key}"))))
+            .collect())
     }
 
     /// Claims up to `limit` undelivered replies nobody else is sending, oldest first, for
@@ -135,11 +142,14 @@ impl Lite {
     }
 
     fn hold(&self, space: &str, name: &str) -> Option<SessionLock> {
-        // Two spellings of one file's path are one store.
-        let file = std::fs::canonicalize(self.path()).unwrap_or_else(|_| self.path().to_owned());
-        let entry = (file, format!("{space}:{name}"));
+        let entry = (self.canonical_path(), format!("{space}:{name}"));
         let fresh = HELD.lock().unwrap_or_else(|p| p.into_inner()).insert(entry.clone());
         fresh.then(|| SessionLock { held: Held::Local { _guard: Local { entry } } })
+    }
+
+    /// The database file, one spelling for all the ways it was opened.
+    fn canonical_path(&self) -> PathBuf {
+        std::fs::canonicalize(self.path()).unwrap_or_else(|_| self.path().to_owned())
     }
 }
 

@@ -222,9 +222,9 @@ pass_on! {
     fn left_unanswered(&self, session_key: &str) -> Result<bool, StoreError>;
     /// What is queued for one session key, in queue order.
     fn queued_for(&self, session_key: &str) -> Result<Vec<QueuedInbound>, StoreError>;
-    /// Every session key with queued messages, the one waiting longest first: what the
-    /// replicas' sweep looks at.
-    fn queued_keys(&self) -> Result<Vec<String>, StoreError>;
+    /// Every session key with queued messages whose session no replica holds (nobody will
+    /// take them in unless the sweep does), the one waiting longest first.
+    fn orphaned_keys(&self) -> Result<Vec<String>, StoreError>;
     /// Removes the last user message and everything after it; returns how many went.
     fn undo_last_exchange(&self, session_id: &str) -> Result<u64, StoreError>;
     /// Removes the last answer so the last user message is answered again; returns its text.

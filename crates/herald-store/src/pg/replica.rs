@@ -23,12 +23,10 @@ impl Pg {
         rows.into_iter().map(QueuedInbound::try_from).collect()
     }
 
-    pub(crate) async fn queued_keys(&self) -> Result<Vec<String>, StoreError> {
-        Ok(sqlx::query_scalar(
-            "SELECT session_key FROM inbound_queue GROUP BY session_key ORDER BY min(seq)",
-        )
-        .fetch_all(&self.inner.pool)
-        .await?)
+    /// One statement: the keys are checked against the advisory locks every replica holds in
+    /// this database, so a sweep asks for no lock a live replica has.
+    pub(crate) async fn orphaned_keys(&self) -> Result<Vec<String>, StoreError> {
+        Ok(sqlx::query_scalar(ORPHANED).bind(SESSION_SPACE).fetch_all(&self.inner.pool).await?)
     }
 
     /// Rows another replica is claiming at this moment are skipped, not waited for, and rows it
@@ -86,3 +84,25 @@ impl Pg {
 fn qualified(columns: &str) -> String {
     columns.split(", ").map(|c| format!("outbox.{c}")).collect::<Vec<_>>().join(", ")
 }
+
+/// The statement of [`Pg::orphaned_keys`]. A session's lock key is [`lock_key`] computed in
+/// SQL: the first 8 bytes of SHA-256 of the space, a zero byte and the key. An advisory lock
+/// on a bigint shows in `pg_locks` as its high half (`classid`), its low half (`objid`) and
+/// `objsubid` 1.
+const ORPHANED: &str = "
+    WITH held AS MATERIALIZED (
+        SELECT classid::bigint AS high, objid::bigint AS low FROM pg_locks
+        WHERE locktype = 'advisory' AND objsubid = 1 AND granted
+          AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+    ),
+    waiting AS (
+        SELECT session_key, min(seq) AS first,
+               ('x' || left(encode(sha256(convert_to($1, 'UTF8') || '\\x00'::bytea
+                                          || convert_to(session_key, 'UTF8')), 'hex'), 16)
+               )::bit(64)::bigint AS lock
+        FROM inbound_queue GROUP BY session_key
+    )
+    SELECT session_key FROM waiting w
+    WHERE NOT EXISTS (SELECT 1 FROM held h
+                      WHERE h.high = (w.lock >> 32) & 4294967295 AND h.low = w.lock & 4294967295)
+    ORDER BY first";

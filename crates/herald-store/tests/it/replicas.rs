@@ -97,14 +97,35 @@ async fn the_same_message_queued_by_two_replicas_at_once_is_queued_once(store, s
     assert_eq!(other.queued_for("slack:dm:D1").await.unwrap(), queued);
 }
 
-async fn each_key_has_its_queue_and_the_longest_waiting_key_comes_first(store, scratch) {
-    for (key, id, text) in
-        [("b", "1", "one"), ("a", "2", "two"), ("b", "3", "three"), ("c", "4", "four")]
-    {
+async fn each_key_has_its_queue_and_the_sweep_gets_the_unheld_keys_longest_waiting_first(store, scratch) {
+    let held = "slack:dm:Дмитрий 🙂";
+    for (key, id, text) in [
+        ("b", "1", "one"),
+        ("a", "2", "two"),
+        ("b", "3", "three"),
+        (held, "5", "five"),
+        ("c", "4", "four"),
+    ] {
         queue(&store, key, id, text).await.unwrap();
     }
     let other = reopen(&scratch).await;
-    assert_eq!(other.queued_keys().await.unwrap(), ["b", "a", "c"]);
+    assert_eq!(other.orphaned_keys().await.unwrap(), ["b", "a", held, "c"]);
+    // A key whose session a replica holds is that replica's: the sweep leaves it alone.
+    let (a, held_lock) = (store.lock_session("a").await, store.lock_session(held).await);
+    let (a, held_lock) = (a.unwrap().unwrap(), held_lock.unwrap().unwrap());
+    assert_eq!(other.orphaned_keys().await.unwrap(), ["b", "c"]);
+    // PostgreSQL lets go of a dropped lock a moment later.
+    drop(a);
+    let mut orphans = Vec::new();
+    for _ in 0..250 {
+        orphans = other.orphaned_keys().await.unwrap();
+        if orphans.len() == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(orphans, ["b", "a", "c"]);
+    drop(held_lock);
     let b = other.queued_for("b").await.unwrap();
     let texts: Vec<&str> = b.iter().map(|q| q.content.as_str()).collect();
     assert_eq!(texts, ["one", "three"]);
