@@ -172,7 +172,12 @@ async fn tell_failure<P>(shared: &Shared<P>, job: &TurnJob, line: String) {
     shared.outbox.carry(Parcel::unstored(job.chat.clone(), job.reply_to.clone(), line)).await;
 }
 
-/// Keeps the typing indicator on until the returned token is cancelled.
+/// How long an answer may take before the typing indicator goes on: a quicker answer needs no
+/// sign of work, and saves the platform a call (or, on Slack, two).
+const TYPING_AFTER: Duration = Duration::from_secs(1);
+
+/// Keeps the typing indicator on, from [`TYPING_AFTER`] on, until the returned token is
+/// cancelled.
 fn typing<P>(shared: &Shared<P>, chat: &ChatRef) -> CancellationToken {
     let stop = CancellationToken::new();
     let Some(link) = shared.links.get(&chat.platform).cloned() else { return stop };
@@ -184,12 +189,14 @@ fn typing<P>(shared: &Shared<P>, chat: &ChatRef) -> CancellationToken {
     let chat = chat.clone();
     let token = stop.clone();
     tokio::spawn(async move {
+        let mut wait = TYPING_AFTER;
         loop {
-            link.typing(&chat);
             tokio::select! {
                 () = token.cancelled() => break,
-                () = tokio::time::sleep(every) => {}
+                () = tokio::time::sleep(wait) => {}
             }
+            link.typing(&chat);
+            wait = every;
         }
     });
     stop

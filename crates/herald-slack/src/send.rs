@@ -22,9 +22,6 @@ use crate::intake::Intake;
 use crate::markup::to_mrkdwn;
 use crate::{MAX_MESSAGE_LEN, SlackSettings};
 
-/// How long an answer may take before the working reaction goes on.
-const REACT_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
-
 /// The reaction that says "working on it".
 pub(crate) const WORKING: &str = "hourglass_flowing_sand";
 
@@ -124,10 +121,9 @@ impl Sender {
     }
 
     /// Puts the working reaction on the chat's newest message, once, unless the answer came
-    /// first: an answer within [`REACT_AFTER`] needs no sign of work, and saves two calls.
+    /// first (the gateway asks only once an answer is slow to come).
     async fn working(&self, chat: &ChatRef) {
         let Some(target) = self.intake.start_working(chat) else { return };
-        tokio::time::sleep(REACT_AFTER).await;
         if !self.intake.still_working(chat, &target) {
             return;
         }
