@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use anyhow::Context;
-use herald_agent::{ChatRequest, Completion, Message, Provider, ProviderError};
+use herald_agent::{ChatRequest, Completion, Message, Provider, ProviderError, Usage};
 use herald_core::Platform;
 use herald_discord::{DiscordAdapter, DiscordSettings};
 use herald_gateway::{Access, Gateway, GatewaySettings, history};
@@ -44,14 +44,21 @@ pub struct DaemonArgs {
     pub app_token: Option<String>,
 }
 
-/// A model that answers every call at once with a short text.
+/// A model that answers every call at once with a short text, reporting token counts as a
+/// real endpoint does (about four bytes a token).
 #[derive(Debug)]
 struct Instant0;
 
 impl Provider for Instant0 {
     async fn complete(&self, request: ChatRequest<'_>) -> Result<Completion, ProviderError> {
         let said = request.messages.last().map_or("", |m| m.content.as_str());
-        Ok(Completion { message: Message::assistant(format!("re {said}")), usage: None })
+        let reply = format!("re {said}");
+        let bytes: usize = request.messages.iter().map(|m| m.content.len() + 16).sum();
+        let usage = Usage {
+            prompt_tokens: (bytes / 4) as u64,
+            completion_tokens: (reply.len() / 4 + 1) as u64,
+        };
+        Ok(Completion { message: Message::assistant(reply), usage: Some(usage) })
     }
 }
 
