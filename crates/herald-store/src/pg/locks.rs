@@ -2,9 +2,9 @@
 //! their own (the lock connection), apart from the pool. A lock lives as long as that connection
 //! does, so a replica that dies, or loses its network, gives its locks up with it.
 //!
-//! One task owns the connection and takes every lock operation of the store in turn, so the
-//! same name is never locked twice through it (PostgreSQL would grant that: advisory locks
-//! stack within a connection). It also asks `SELECT 1` every second: a connection lost while
+//! One task owns the connection and takes every lock operation of the store in turn (those
+//! asked for at once in one statement), so the same name is never locked twice through it
+//! (PostgreSQL would grant that: advisory locks stack within a connection). It also asks `SELECT 1` every second: a connection lost while
 //! idle is noticed, every lock taken through it learns it is lost, and the next lock opens a
 //! new connection.
 
@@ -131,40 +131,21 @@ async fn serve(
         tokio::select! {
             () = closed.cancelled() => break Ok(()),
             () = lost.cancelled() => break Err("a lock found it broken".into()),
-            op = ops.recv() => match op {
+            op = ops.recv() => {
                 // Every sender is gone: the store and all its locks were dropped.
-                None => break Ok(()),
-                Some(Op::Try { key, reply }) => {
-                    if held.contains(&key) {
-                        let _ = reply.send(Ok(false));
-                        continue;
-                    }
-                    match run(&mut conn, "SELECT pg_try_advisory_lock($1)", key).await {
-                        Ok(true) => {
-                            if reply.send(Ok(true)).is_ok() {
-                                held.insert(key);
-                            } else if let Err(e) = run(&mut conn, UNLOCK, key).await {
-                                // Whoever asked stopped waiting, so nobody may hold it.
-                                break Err(e);
-                            }
-                        }
-                        Ok(false) => {
-                            let _ = reply.send(Ok(false));
-                        }
-                        Err(e) => {
-                            let _ = reply.send(Err(e.clone()));
-                            break Err(e);
-                        }
-                    }
+                let Some(op) = op else { break Ok(()) };
+                // Everything asked meanwhile goes in one round trip: a burst of new sessions
+                // would otherwise wait for each other's lock one at a time.
+                let mut batch = vec![op];
+                while batch.len() < BATCH
+                    && let Ok(op) = ops.try_recv()
+                {
+                    batch.push(op);
                 }
-                Some(Op::Unlock(key)) => {
-                    if held.remove(&key)
-                        && let Err(e) = run(&mut conn, UNLOCK, key).await
-                    {
-                        break Err(e);
-                    }
+                if let Err(e) = apply(&mut conn, &mut held, batch).await {
+                    break Err(e);
                 }
-            },
+            }
             _ = watch.tick() => {
                 if let Err(e) = ping(&mut conn).await {
                     break Err(e);
@@ -183,11 +164,79 @@ async fn serve(
     }
 }
 
-const UNLOCK: &str = "SELECT pg_advisory_unlock($1)";
+/// Lock operations taken in one round trip at most.
+const BATCH: usize = 512;
 
-/// Runs a lock statement on `key` within [`PATIENCE`].
-async fn run(conn: &mut PgConnection, sql: &'static str, key: i64) -> Result<bool, String> {
-    let query = sqlx::query_scalar(sql).bind(key).fetch_one(&mut *conn);
+/// Lets go of the keys unlocked in `batch`, then takes the free ones of those asked for, and
+/// answers each asker. A key held here already, or asked for twice, is not taken again
+/// (advisory locks would stack). An error means the connection is lost: every asker still
+/// waiting hears it.
+async fn apply(
+    conn: &mut PgConnection,
+    held: &mut HashSet<i64>,
+    batch: Vec<Op>,
+) -> Result<(), String> {
+    let mut unlock = Vec::new();
+    let mut asked = Vec::new();
+    for op in batch {
+        match op {
+            Op::Unlock(key) => {
+                if held.remove(&key) {
+                    unlock.push(key);
+                }
+            }
+            Op::Try { key, reply } => asked.push((key, reply)),
+        }
+    }
+    let mut wanted = Vec::new();
+    for (key, _) in &asked {
+        if !held.contains(key) && !wanted.contains(key) {
+            wanted.push(*key);
+        }
+    }
+    let outcome = async {
+        run(conn, UNLOCK, &unlock).await?;
+        run(conn, TRY, &wanted).await
+    };
+    let taken: HashSet<i64> = match outcome.await {
+        Ok(taken) => taken.into_iter().filter(|(_, got)| *got).map(|(key, _)| key).collect(),
+        Err(e) => {
+            for (_, reply) in asked {
+                let _ = reply.send(Err(e.clone()));
+            }
+            return Err(e);
+        }
+    };
+    let (mut unwanted, mut settled) = (Vec::new(), HashSet::new());
+    for (key, reply) in asked {
+        // Each key taken goes to its first asker.
+        let got = taken.contains(&key) && settled.insert(key);
+        if reply.send(Ok(got)).is_ok() {
+            if got {
+                held.insert(key);
+            }
+        } else if got {
+            // Whoever asked stopped waiting, so nobody may hold it.
+            unwanted.push(key);
+        }
+    }
+    run(conn, UNLOCK, &unwanted).await.map(drop)
+}
+
+const TRY: &str = "SELECT key, pg_try_advisory_lock(key) FROM unnest($1::bigint[]) AS t(key)";
+const UNLOCK: &str = "SELECT key, pg_advisory_unlock(key) FROM unnest($1::bigint[]) AS t(key)";
+
+/// Runs a lock statement on `keys` (none: nothing to do) within [`PATIENCE`]; each key with
+/// the statement's answer.
+async fn run(
+    conn: &mut PgConnection,
+    sql: &'static str,
+    keys: &[i64],
+) -> Result<Vec<(i64, bool)>, String> {
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
+    let query = sqlx::query_as(sql).bind(keys).fetch_all(&mut *conn);
     match tokio::time::timeout(PATIENCE, query).await {
         Ok(Ok(done)) => Ok(done),
         Ok(Err(e)) => Err(one_line(&e)),
