@@ -212,7 +212,6 @@ impl<P: Provider + 'static> Gateway<P> {
                     Found::Unanswered(session) => router.on_unanswered(*session).await,
                 },
             }
-            metrics.set_active_sessions(router.workers.len());
         }
 
         info!(
@@ -223,7 +222,6 @@ impl<P: Provider + 'static> Gateway<P> {
         stop_adapters.cancel();
         stop_watch.cancel();
         router.workers.clear();
-        metrics.set_active_sessions(0);
         router.tracker.close();
         let workers = router.tracker.clone();
         let finished = keep_cursors(&cursors, &mut events, &mut beats, workers.wait(), drain).await;

@@ -75,6 +75,16 @@ impl Drop for RunningTurn {
     }
 }
 
+/// Counts a session this replica runs (holds the lock of) until it is dropped.
+#[derive(Debug)]
+pub(crate) struct HeldSession(Metrics);
+
+impl Drop for HeldSession {
+    fn drop(&mut self) {
+        self.0.0.active_sessions.dec();
+    }
+}
+
 impl Metrics {
     /// A platform the gateway started; it is rendered from now on, at zero at first.
     pub(crate) fn add_platform(&self, platform: Platform) {
@@ -108,9 +118,10 @@ impl Metrics {
         RunningTurn(self.clone())
     }
 
-    /// How many session workers the router keeps now.
-    pub(crate) fn set_active_sessions(&self, n: usize) {
-        self.0.active_sessions.set(i64::try_from(n).unwrap_or(i64::MAX));
+    /// A session worker runs here (holding the session's lock) until the guard is dropped.
+    pub(crate) fn session_held(&self) -> HeldSession {
+        self.0.active_sessions.inc();
+        HeldSession(self.clone())
     }
 
     /// Replies stored but not yet taken by their platform, and how long the oldest has waited.
@@ -267,7 +278,7 @@ mod tests {
         }
         metrics.sent(Platform::Telegram);
         metrics.sent(Platform::Slack);
-        metrics.set_active_sessions(2);
+        let held = [metrics.session_held(), metrics.session_held()];
         let running = metrics.turn_running();
         let store = StoreFigures { write_retries: 7, write_failures: 2 };
         check(
@@ -284,8 +295,8 @@ mod tests {
                 ("herald_running_turns", "1"),
             ],
         );
-        drop(running);
-        check(&metrics, store, &[("herald_running_turns", "0")]);
+        drop((running, held));
+        check(&metrics, store, &[("herald_running_turns", "0"), ("herald_active_sessions", "0")]);
         assert_eq!(metrics.messages_received(Platform::Telegram), 3);
         assert_eq!(metrics.messages_sent(Platform::Slack), 1);
         assert_eq!(metrics.messages_sent(Platform::Discord), 0);

@@ -3,14 +3,14 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use herald_agent::Provider;
 use herald_core::{
     AdapterEvent, ChatKind, ChatRef, Inbound, Placement, Platform, SessionKey, UserRef,
 };
 use herald_store::Session;
-use tokio::sync::{Semaphore, mpsc};
-use tokio::task::JoinHandle;
+use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
 
@@ -20,14 +20,10 @@ use crate::cursors::{CursorKey, Cursors};
 use crate::link::{PlatformState, PlatformStates};
 use crate::outbox::Parcel;
 use crate::shared::Shared;
-use crate::worker::{Idle, Input, Worker};
+use crate::worker::{Idle, Input, start};
 
 /// Inputs a worker may have waiting before the router waits for it.
 const WORKER_INBOX: usize = 256;
-/// Keys with a message queued for another replica past which the finished ones are forgotten.
-const FORWARDING_SWEEP: usize = 1024;
-/// Messages being queued for other replicas at once.
-const FORWARDING_AT_ONCE: usize = 512;
 
 /// What reaches the router from the adapter tasks.
 #[derive(Debug)]
@@ -38,9 +34,19 @@ pub(crate) enum Event {
     Stopped(Option<String>),
 }
 
+/// A key's task: its session's worker, or what queues the key's messages for the replica
+/// holding it.
 pub(crate) struct WorkerHandle {
     inbox: mpsc::Sender<Input>,
     sent: u64,
+    /// Whether the task runs the session here (holds its lock).
+    holds: Arc<AtomicBool>,
+}
+
+impl WorkerHandle {
+    fn holds(&self) -> bool {
+        self.holds.load(Ordering::Acquire)
+    }
 }
 
 /// The router's state.
@@ -52,11 +58,6 @@ pub(crate) struct Router<P> {
     pub(crate) cursors: Cursors,
     idle: mpsc::Sender<Idle>,
     pairing: Pairing,
-    /// Per key, the last message on its way into the store for the replica running it.
-    forwarding: HashMap<SessionKey, JoinHandle<()>>,
-    /// Messages on their way into the store at once, at most: past that the router waits,
-    /// and so do the platforms.
-    forwarding_room: Arc<Semaphore>,
 }
 
 impl<P: Provider + 'static> Router<P> {
@@ -74,8 +75,6 @@ impl<P: Provider + 'static> Router<P> {
             cursors,
             idle,
             pairing: Pairing::default(),
-            forwarding: HashMap::new(),
-            forwarding_room: Arc::new(Semaphore::new(FORWARDING_AT_ONCE)),
         }
     }
 
@@ -223,47 +222,30 @@ impl<P: Provider + 'static> Router<P> {
         inbound.ack.settle();
     }
 
-    /// Hands an input to its key's worker. With no worker, one is started once this process
-    /// holds the session's lock; when another replica holds it, a message is stored in the
-    /// session's queue for that replica to answer.
+    /// Hands an input to its key's task, started when there is none. The task asks for the
+    /// session's lock itself: the router never waits for the store here, where every other
+    /// chat's message waits too.
     async fn dispatch(&mut self, key: SessionKey, input: Input) {
         let mut input = input;
         for _ in 0..2 {
             let handle = match self.workers.get_mut(&key) {
                 Some(handle) => handle,
                 None => {
-                    let lock = match self.shared.store.lock_session(key.as_str()).await {
-                        Ok(Some(lock)) => lock,
-                        Ok(None) => {
-                            debug!(key = %key, "another replica runs this session");
-                            return self.elsewhere(&key, input).await;
-                        }
-                        Err(e) => {
-                            // Unsettled, a message is delivered again; the sweep comes back
-                            // for what waits in the store.
-                            warn!(key = %key, error = %e, "could not take the session's lock; its input waits");
-                            return;
-                        }
-                    };
-                    // What this replica was still queueing for the key's last holder goes
-                    // first: the new worker takes the queue in before anything else.
-                    if let Some(queueing) = self.forwarding.remove(&key) {
-                        let _ = queueing.await;
-                    }
-                    let Some((chat, user)) = self.input_origin(&key, &input).await else {
-                        return;
-                    };
                     let (inbox, inputs) = mpsc::channel(WORKER_INBOX);
-                    let worker = Worker::new(
+                    let holds = Arc::new(AtomicBool::new(false));
+                    let task = start::serve(
                         key.clone(),
                         self.shared.clone(),
                         self.idle.clone(),
-                        chat,
-                        user,
-                        lock,
+                        inputs,
+                        holds.clone(),
                     );
-                    self.tracker.spawn(worker.run(inputs));
-                    self.workers.entry(key.clone()).or_insert(WorkerHandle { inbox, sent: 0 })
+                    self.tracker.spawn(task);
+                    self.workers.entry(key.clone()).or_insert(WorkerHandle {
+                        inbox,
+                        sent: 0,
+                        holds,
+                    })
                 }
             };
             handle.sent += 1;
@@ -278,60 +260,16 @@ impl<P: Provider + 'static> Router<P> {
         }
     }
 
-    /// Another replica runs this session: a message goes into the session's queue in the store
-    /// (whoever holds the session hears of it and answers it in order); anything else is
-    /// already that replica's to do. The store's round trip is not waited for here, where
-    /// every other chat's message waits too: each key's messages go in one after another.
-    async fn elsewhere(&mut self, key: &SessionKey, input: Input) {
-        let Input::Inbound(inbound, _) = input else { return };
-        let Inbound { id, chat, user, text, ack, .. } = inbound;
-        let store = self.shared.store.clone();
-        let before = self.forwarding.remove(key);
-        let owner = key.clone();
-        // Never closed.
-        let room = Arc::clone(&self.forwarding_room).acquire_owned().await;
-        let queueing = self.tracker.spawn(async move {
-            let _room = room;
-            if let Some(before) = before {
-                let _ = before.await;
-            }
-            match store.queue_inbound(owner.as_str(), &id, &chat, &user, &text).await {
-                Ok(queued) => {
-                    ack.settle();
-                    debug!(key = %owner, ?queued, "queued for the replica running the session");
-                }
-                Err(e) => {
-                    warn!(key = %owner, error = %e, "could not queue a message for another replica; it will be delivered again");
-                }
-            }
-        });
-        if self.forwarding.len() >= FORWARDING_SWEEP {
-            self.forwarding.retain(|_, queueing| !queueing.is_finished());
-        }
-        self.forwarding.insert(key.clone(), queueing);
-    }
-
-    /// Which chat and user a new worker starts with: the input's, or for a pull the first
-    /// queued message's (`None` when nothing is queued any more).
-    async fn input_origin(&self, key: &SessionKey, input: &Input) -> Option<(ChatRef, UserRef)> {
-        match input {
-            Input::Inbound(inbound, _) => Some((inbound.chat.clone(), inbound.user.clone())),
-            Input::Resume(chat, user) => Some((chat.clone(), user.clone())),
-            Input::Pull => match self.shared.store.queued_for(key.as_str()).await {
-                Ok(queued) => queued.into_iter().next().map(|q| (q.chat, q.user)),
-                Err(e) => {
-                    warn!(key = %key, error = %e, "could not read a session's queue");
-                    None
-                }
-            },
-        }
+    /// Whether this replica runs `key`'s session now.
+    fn holds(&self, key: &SessionKey) -> bool {
+        self.workers.get(key).is_some_and(WorkerHandle::holds)
     }
 
     /// A message was queued for `key`: the key's worker here, if there is one, takes it in.
     /// Every replica hears every queued message; one without the key's worker leaves it to the
     /// replica that has one, or to the sweep for keys whose holder is gone.
     pub(crate) async fn on_queued(&mut self, key: SessionKey) {
-        if self.workers.contains_key(&key) {
+        if self.holds(&key) {
             self.dispatch(key, Input::Pull).await;
         }
     }
@@ -340,7 +278,7 @@ impl<P: Provider + 'static> Router<P> {
     /// heard of them); otherwise their holder may have died, and this replica takes them if it
     /// gets the lock.
     pub(crate) async fn on_orphan(&mut self, key: SessionKey) {
-        if !self.workers.contains_key(&key) {
+        if !self.holds(&key) {
             self.dispatch(key, Input::Pull).await;
         }
     }
@@ -348,7 +286,8 @@ impl<P: Provider + 'static> Router<P> {
     /// Notifications may have been missed (the store's listening connection came back): every
     /// worker here looks at its queue once.
     pub(crate) async fn on_missed(&mut self) {
-        let keys: Vec<SessionKey> = self.workers.keys().cloned().collect();
+        let keys: Vec<SessionKey> =
+            self.workers.iter().filter(|(_, h)| h.holds()).map(|(k, _)| k.clone()).collect();
         for key in keys {
             self.dispatch(key, Input::Pull).await;
         }
@@ -358,7 +297,7 @@ impl<P: Provider + 'static> Router<P> {
     /// gets its lock.
     pub(crate) async fn on_unanswered(&mut self, session: Session) {
         let Some(((chat, user), key)) = resume_target(&session) else { return };
-        if self.workers.contains_key(&key) || !self.shared.links.contains_key(&chat.platform) {
+        if self.holds(&key) || !self.shared.links.contains_key(&chat.platform) {
             return;
         }
         info!(key = %key, session = %session.id, "a message is left unanswered; answering it here if no replica runs its session");

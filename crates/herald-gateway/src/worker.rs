@@ -73,6 +73,7 @@ impl<P: Provider + 'static> Worker<P> {
         chat: ChatRef,
         user: UserRef,
         lock: SessionLock,
+        received: u64,
     ) -> Self {
         Worker {
             key,
@@ -83,15 +84,16 @@ impl<P: Provider + 'static> Worker<P> {
             running: None,
             chat,
             user,
-            received: 0,
+            received,
             lock,
             known: HashSet::new(),
         }
     }
 
-    /// Runs until the router drops the sender (idle or shutdown) and the running turn ended.
-    /// Queued messages left at shutdown stay in the store and are answered after a restart.
-    pub(crate) async fn run(mut self, mut inputs: mpsc::Receiver<Input>) {
+    /// Runs `first` (the input it was started for), then what the router hands over, until the
+    /// router drops the sender (idle or shutdown) and the running turn ended. Queued messages
+    /// left at shutdown stay in the store and are answered after a restart.
+    pub(crate) async fn run(mut self, first: Input, mut inputs: mpsc::Receiver<Input>) {
         let idle_after = self.shared.settings.idle_worker;
         let mut turn: Option<JoinHandle<TurnEnd>> = None;
         let mut closed = false;
@@ -103,6 +105,10 @@ impl<P: Provider + 'static> Worker<P> {
         self.pull().await;
         if self.shared.store.is_shared() && self.queue.is_empty() && self.left_unanswered().await {
             self.queue.push_back(Pending::Resume);
+        }
+        // A pull's messages were just taken in.
+        if !matches!(first, Input::Pull) {
+            turn = self.on_input(first, false).await;
         }
         loop {
             if turn.is_none() && !closed {
@@ -374,3 +380,4 @@ impl<P: Provider + 'static> Worker<P> {
 
 mod session;
 mod slash;
+pub(crate) mod start;
