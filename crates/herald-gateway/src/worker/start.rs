@@ -55,7 +55,10 @@ pub(crate) async fn serve<P: Provider + 'static>(
             Ok(Some(lock)) => lock,
             Ok(None) => {
                 debug!(key = %key, "another replica runs this session");
-                elsewhere = true;
+                // A store of one process has no sweep to come back for queued messages: there
+                // the holder is this process's worker for the key on its way out, and the next
+                // message asks for the lock again.
+                elsewhere = shared.store.is_shared();
                 if let Input::Inbound(inbound, _) = input {
                     queue(&shared, &key, inbound).await;
                 }
