@@ -163,6 +163,15 @@ impl Store {
         }
     }
 
+    /// The PostgreSQL backend, for the crate's own tests.
+    #[cfg(test)]
+    pub(crate) fn postgres(&self) -> Option<&Pg> {
+        match &self.backend {
+            Backend::Postgres(pg) => Some(pg),
+            Backend::Sqlite(_) => None,
+        }
+    }
+
     /// Whether other processes share this store as replicas (PostgreSQL), so that work is
     /// taken through it (session locks, claims) instead of assumed.
     pub fn is_shared(&self) -> bool {

@@ -14,8 +14,9 @@
 //! any other failure is every caller's.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use herald_core::Platform;
 use tokio::sync::{Semaphore, oneshot};
@@ -32,16 +33,27 @@ const FLUSHERS: usize = 2;
 /// Most appends in one statement.
 const ROUND: usize = 256;
 
+/// How long a round's token and outcomes are kept.
+const TOKENS_KEPT: Duration = Duration::from_secs(600);
+/// How often a store prunes the tokens past [`TOKENS_KEPT`] (with a round it writes anyway).
+const PRUNE_EVERY: Duration = Duration::from_secs(60);
+
 /// Writes waiting for a flusher.
 #[derive(Debug)]
 pub(crate) struct Group {
     queue: Mutex<Queue>,
     permits: Arc<Semaphore>,
+    /// When this store last pruned the round tokens (milliseconds).
+    pruned_at: AtomicI64,
 }
 
 impl Default for Group {
     fn default() -> Self {
-        Group { queue: Mutex::default(), permits: Arc::new(Semaphore::new(FLUSHERS)) }
+        Group {
+            queue: Mutex::default(),
+            permits: Arc::new(Semaphore::new(FLUSHERS)),
+            pruned_at: AtomicI64::new(0),
+        }
     }
 }
 
@@ -155,6 +167,24 @@ impl Pg {
         }
     }
 
+    /// Every [`PRUNE_EVERY`], the token below which recorded rounds go: older than
+    /// [`TOKENS_KEPT`], far beyond any try of theirs.
+    fn prune_due(&self) -> Option<i64> {
+        let now = now_ms();
+        let last = &self.inner.group.pruned_at;
+        let due = last.load(Ordering::Relaxed) + PRUNE_EVERY.as_millis() as i64;
+        let mine = now >= due
+            && last
+                .compare_exchange(
+                    last.load(Ordering::Relaxed),
+                    now,
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                )
+                .is_ok();
+        mine.then(|| Token::at(now - TOKENS_KEPT.as_millis() as i64))
+    }
+
     /// Lets the indexer know of the messages these appends stored.
     fn stored(&self, results: &[Result<Appended, StoreError>]) {
         let stored = results.iter().map(|r| match r {
@@ -171,9 +201,28 @@ impl Pg {
         appends: &[&Append],
         delivered: &[i64],
     ) -> Result<Vec<Result<Appended, StoreError>>, StoreError> {
+        self.round_tries(appends, delivered, Token::new(), 0).await
+    }
+
+    /// [`Pg::try_round`] for the round `token`, of which `tries` were made already. One token
+    /// for every try: a try after a broken connection may find an earlier one committed, and
+    /// then takes its outcomes rather than writing the round twice.
+    async fn round_tries(
+        &self,
+        appends: &[&Append],
+        delivered: &[i64],
+        token: Token,
+        mut tries: u32,
+    ) -> Result<Vec<Result<Appended, StoreError>>, StoreError> {
         let started = Instant::now();
+        let prune = self.prune_due();
         let outcome = loop {
-            let attempt = write_once(&self.inner.pool, appends, delivered).await;
+            tries += 1;
+            let pool = &self.inner.pool;
+            let attempt = match write_once(pool, appends, delivered, token, prune).await {
+                Err(e) if tries > 1 && token_taken(&e) => recorded(pool, appends, token).await,
+                attempt => attempt,
+            };
             if let Some(done) = self.retry_or_fail(attempt, started).await {
                 break done;
             }
@@ -285,18 +334,29 @@ const ROUND_SQL: &str = "
              ON last.session_id = ok.session_id
         WHERE ok.to_platform IS NOT NULL
     ),
-    gone AS (DELETE FROM outbox WHERE message_id = ANY($24::bigint[]))
-    SELECT a.session_id = ANY((SELECT ids FROM found)::text[]),
-           EXISTS (SELECT 1 FROM ok WHERE ok.i = a.i),
-           array(SELECT id FROM added WHERE added.session_id = a.session_id ORDER BY id)
-    FROM a ORDER BY a.i";
+    gone AS (DELETE FROM outbox WHERE message_id = ANY($24::bigint[])),
+    result AS (
+        SELECT a.i, a.session_id = ANY((SELECT ids FROM found)::text[]) AS found,
+               EXISTS (SELECT 1 FROM ok WHERE ok.i = a.i) AS fresh,
+               array(SELECT id FROM added WHERE added.session_id = a.session_id ORDER BY id) AS ids
+        FROM a
+    ),
+    kept AS (
+        INSERT INTO round_tokens (token, result)
+        SELECT $25, coalesce(jsonb_agg(jsonb_build_array(found, fresh, ids) ORDER BY i), '[]')::text
+        FROM result
+    ),
+    pruned AS (DELETE FROM round_tokens WHERE token < $26)
+    SELECT found, fresh, ids FROM result ORDER BY i";
 
 /// One try of a round, on the pool or inside a caller's transaction: each append's outcome,
-/// in order.
+/// in order. `token` is recorded with the outcomes (see [`Token`]); tokens below `prune` go.
 pub(crate) async fn write_once(
     db: impl sqlx::PgExecutor<'_>,
     appends: &[&Append],
     delivered: &[i64],
+    token: Token,
+    prune: Option<i64>,
 ) -> Result<Vec<Result<Appended, StoreError>>, sqlx::Error> {
     let each = |f: fn(&Append) -> Option<String>| appends.iter().map(|a| f(a)).collect::<Vec<_>>();
     let count = |f: fn(&Append) -> i64| appends.iter().map(|a| f(a)).collect::<Vec<_>>();
@@ -330,9 +390,20 @@ pub(crate) async fn write_once(
         .bind(column(|m| m.platform_message_id.clone()))
         .bind(messages.iter().map(|(_, m)| m.token_count).collect::<Vec<_>>())
         .bind(delivered)
+        .bind(token.0)
+        .bind(prune)
         .fetch_all(db)
         .await?;
-    Ok(appends
+    Ok(outcomes(appends, rows))
+}
+
+/// Each append's outcome from its row of a round: whether its session was found, whether it
+/// was written (not a duplicate inbound id), and its messages' ids.
+fn outcomes(
+    appends: &[&Append],
+    rows: Vec<(bool, bool, Vec<i64>)>,
+) -> Vec<Result<Appended, StoreError>> {
+    appends
         .iter()
         .zip(rows)
         .map(|(append, (found, fresh, ids))| match (found, fresh) {
@@ -340,5 +411,95 @@ pub(crate) async fn write_once(
             (true, false) => Ok(Appended::Duplicate),
             (true, true) => Ok(Appended::Stored(ids)),
         })
-        .collect())
+        .collect()
+}
+
+/// What names one round across its tries: the time it was drawn (milliseconds, in the high
+/// bits) and 20 random bits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Token(i64);
+
+impl Token {
+    pub(crate) fn new() -> Token {
+        Token(Token::at(now_ms()) | rand::random_range(0..1 << 20))
+    }
+
+    /// The lowest token drawn at `ms` or later.
+    fn at(ms: i64) -> i64 {
+        ms.max(0) << 20
+    }
+}
+
+/// Whether a round was refused because its token is recorded: an earlier try of it committed.
+fn token_taken(e: &sqlx::Error) -> bool {
+    let sqlx::Error::Database(db) = e else { return false };
+    super::write::is_unique_violation(e) && db.constraint() == Some("round_tokens_pkey")
+}
+
+/// The outcomes an earlier try of the round `token` recorded.
+async fn recorded(
+    pool: &sqlx::PgPool,
+    appends: &[&Append],
+    token: Token,
+) -> Result<Vec<Result<Appended, StoreError>>, sqlx::Error> {
+    let result: String = sqlx::query_scalar("SELECT result FROM round_tokens WHERE token = $1")
+        .bind(token.0)
+        .fetch_one(pool)
+        .await?;
+    let rows: Vec<(bool, bool, Vec<i64>)> =
+        serde_json::from_str(&result).map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
+    Ok(outcomes(appends, rows))
+}
+
+#[cfg(test)]
+mod tests {
+    use herald_core::{ChatKind, ChatRef, Platform};
+
+    use super::{Token, recorded, write_once};
+    use crate::messages::{Append, Appended, Delivery, NewMessage, TokenUsage};
+    use crate::scratch::{Kind, Scratch};
+    use crate::sessions::NewSession;
+    use crate::store::Store;
+
+    #[tokio::test]
+    async fn a_round_tried_again_after_its_answer_was_lost_is_written_once() {
+        let scratch = Scratch::new(Kind::Postgres).await;
+        let store = Store::open(scratch.options.clone()).await.unwrap();
+        let pg = store.postgres().expect("a PostgreSQL store");
+        let session =
+            store.create_session(&NewSession::new(Platform::Telegram, "p")).await.unwrap();
+        let chat = ChatRef {
+            platform: Platform::Telegram,
+            id: "42".into(),
+            kind: ChatKind::Direct,
+            thread: None,
+        };
+        let append = Append {
+            session_id: session.id.clone(),
+            messages: vec![NewMessage::assistant("答えは四十二 🙂")],
+            dedupe: None,
+            usage: TokenUsage::default(),
+            outbox: Some(Delivery { chat, reply_to: None, text: "答えは四十二 🙂".into() }),
+        };
+        let token = Token::new();
+        // The first try commits, but its answer never reaches herald (the connection broke).
+        let first = write_once(&pg.inner.pool, &[&append], &[], token, None).await.unwrap();
+        let Ok(Appended::Stored(ids)) = &first[0] else { panic!("{first:?}") };
+        let again = pg.round_tries(&[&append], &[], token, 1).await.unwrap();
+        let Ok(Appended::Stored(again_ids)) = &again[0] else { panic!("{again:?}") };
+        assert_eq!(again_ids, ids, "the retry reports what the first try stored");
+        assert_eq!(store.history(&session.id).await.unwrap().len(), 1, "stored twice");
+        assert_eq!(store.undelivered().await.unwrap().len(), 1, "two replies to send");
+        let read = recorded(&pg.inner.pool, &[&append], token).await.unwrap();
+        assert!(matches!(&read[0], Ok(Appended::Stored(read_ids)) if read_ids == ids));
+
+        // Pruning takes the older tokens and keeps the round's own.
+        write_once(&pg.inner.pool, &[&append], &[], Token::new(), Some(i64::MAX)).await.unwrap();
+        let tokens: i64 = sqlx::query_scalar("SELECT count(*) FROM round_tokens")
+            .fetch_one(&pg.inner.pool)
+            .await
+            .unwrap();
+        assert_eq!(tokens, 1);
+        store.close().await;
+    }
 }

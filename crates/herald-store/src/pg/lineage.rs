@@ -11,6 +11,7 @@ use std::sync::Arc;
 use sqlx::PgConnection;
 
 use super::Pg;
+use super::group::Token;
 use super::sessions::{bind_new, end_in, insert_session, new_session_sql, read_session};
 use crate::error::StoreError;
 use crate::lineage::{COMPRESSED, MAX_DEPTH, nearest_kept, split_number};
@@ -203,7 +204,8 @@ async fn compress(
             outbox: None,
         };
         // The child was inserted above in this transaction: it cannot be missing.
-        let mut stored = super::group::write_once(&mut *conn, &[&append], &[]).await?;
+        let mut stored =
+            super::group::write_once(&mut *conn, &[&append], &[], Token::new(), None).await?;
         if !matches!(stored.pop(), Some(Ok(Appended::Stored(_)))) {
             return Err(sqlx::Error::RowNotFound);
         }
