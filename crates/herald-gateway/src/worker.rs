@@ -95,7 +95,6 @@ impl<P: Provider + 'static> Worker<P> {
     /// left at shutdown stay in the store and are answered after a restart.
     pub(crate) async fn run(mut self, first: Input, mut inputs: mpsc::Receiver<Input>) {
         let idle_after = self.shared.settings.idle_worker;
-        let mut turn: Option<JoinHandle<TurnEnd>> = None;
         let mut closed = false;
         let mut told_idle = false;
         let mut lost = false;
@@ -106,9 +105,13 @@ impl<P: Provider + 'static> Worker<P> {
         if self.shared.store.is_shared() && self.queue.is_empty() && self.left_unanswered().await {
             self.queue.push_back(Pending::Resume);
         }
-        // A pull's messages were just taken in.
-        if !matches!(first, Input::Pull) {
-            turn = self.on_input(first, false).await;
+        // Behind what waits in the store: a command waits for the turn started first. A pull's
+        // messages were just taken in.
+        let mut turn: Option<JoinHandle<TurnEnd>> = self.start_next().await;
+        if !matches!(first, Input::Pull)
+            && let Some(started) = self.on_input(first, turn.is_some()).await
+        {
+            turn = Some(started);
         }
         loop {
             if turn.is_none() && !closed {
@@ -146,8 +149,10 @@ impl<P: Provider + 'static> Worker<P> {
                     }
                 }
                 () = tokio::time::sleep(idle_after), if idle => {
-                    told_idle = true;
-                    let _ = self.idle.send(Idle { key: self.key.clone(), received: self.received }).await;
+                    // Never waits: the router may be waiting for this worker's inbox. When the
+                    // router is behind, the worker says so again after another idle spell.
+                    let idle = Idle { key: self.key.clone(), received: self.received };
+                    told_idle = self.idle.try_send(idle).is_ok();
                 }
                 () = self.lock.lost(), if !lost => {
                     // The store no longer vouches that this replica alone runs the session:

@@ -4,9 +4,11 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use herald_agent::Provider;
 use herald_core::{ChatRef, Inbound, SessionKey, UserRef};
+use herald_store::{SessionLock, StoreError};
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
@@ -35,29 +37,30 @@ pub(crate) async fn serve<P: Provider + 'static>(
                 None => return,
             },
             () = tokio::time::sleep(idle_after), if !told_idle => {
-                told_idle = true;
-                let _ = idle.send(Idle { key: key.clone(), received }).await;
+                // Never waits, as in the worker.
+                told_idle = idle.try_send(Idle { key: key.clone(), received }).is_ok();
                 continue;
             }
         };
         received += 1;
         told_idle = false;
         // A message for a session held elsewhere goes straight to its queue. Anything else (a
-        // pull, a resume) means the holder may be gone: the lock is asked for again.
+        // pull, a resume) means the holder may be gone: the lock is asked for again. Once the
+        // router has let go (shutdown), nothing new starts here: a message is stored for
+        // whoever runs the session next.
         let input = match input {
-            Input::Inbound(inbound, _) if elsewhere => {
+            Input::Inbound(inbound, _) if elsewhere || inputs.is_closed() => {
                 queue(&shared, &key, inbound).await;
                 continue;
             }
+            _ if inputs.is_closed() => continue,
             input => input,
         };
-        let lock = match shared.store.lock_session(key.as_str()).await {
+        let lock = match lock(&shared, &key).await {
             Ok(Some(lock)) => lock,
             Ok(None) => {
                 debug!(key = %key, "another replica runs this session");
-                // A store of one process has no sweep to come back for queued messages: there
-                // the holder is this process's worker for the key on its way out, and the next
-                // message asks for the lock again.
+                // Alone on its store, the next message asks for the lock again.
                 elsewhere = shared.store.is_shared();
                 if let Input::Inbound(inbound, _) = input {
                     queue(&shared, &key, inbound).await;
@@ -85,6 +88,26 @@ pub(crate) async fn serve<P: Provider + 'static>(
         return;
     }
 }
+
+/// The session's lock, or `None` while another replica holds it. A store of one process has no
+/// other replica, and no sweep to come back for queued messages: there the holder is this
+/// process's last worker for the key, on its way out, and the lock is asked for again until
+/// it is gone.
+async fn lock<P>(shared: &Shared<P>, key: &SessionKey) -> Result<Option<SessionLock>, StoreError> {
+    let mut tries = 0;
+    loop {
+        let lock = shared.store.lock_session(key.as_str()).await?;
+        if lock.is_some() || shared.store.is_shared() || tries == LOCAL_TRIES {
+            return Ok(lock);
+        }
+        tries += 1;
+        tokio::time::sleep(LOCAL_PAUSE).await;
+    }
+}
+
+/// How often, and how far apart, a store of one process asks again for a held lock.
+const LOCAL_TRIES: u32 = 100;
+const LOCAL_PAUSE: Duration = Duration::from_millis(10);
 
 /// Stores a message in the session's queue for the replica running it, which hears of it and
 /// answers it in order.
