@@ -35,7 +35,7 @@ const ROUND: usize = 256;
 
 /// How long a round's token and outcomes are kept.
 const TOKENS_KEPT: Duration = Duration::from_secs(600);
-/// How often a store prunes the tokens past [`TOKENS_KEPT`] (with a round it writes anyway).
+/// How often a store prunes the tokens past [`TOKENS_KEPT`].
 const PRUNE_EVERY: Duration = Duration::from_secs(60);
 
 /// Writes waiting for a flusher.
@@ -167,22 +167,24 @@ impl Pg {
         }
     }
 
-    /// Every [`PRUNE_EVERY`], the token below which recorded rounds go: older than
-    /// [`TOKENS_KEPT`], far beyond any try of theirs.
-    fn prune_due(&self) -> Option<i64> {
+    /// Every [`PRUNE_EVERY`], forgets the rounds recorded more than [`TOKENS_KEPT`] ago (far
+    /// beyond any try of theirs), on the side: no round waits for it.
+    fn prune_when_due(&self) {
         let now = now_ms();
         let last = &self.inner.group.pruned_at;
-        let due = last.load(Ordering::Relaxed) + PRUNE_EVERY.as_millis() as i64;
-        let mine = now >= due
-            && last
-                .compare_exchange(
-                    last.load(Ordering::Relaxed),
-                    now,
-                    Ordering::AcqRel,
-                    Ordering::Relaxed,
-                )
-                .is_ok();
-        mine.then(|| Token::at(now - TOKENS_KEPT.as_millis() as i64))
+        let before = last.load(Ordering::Relaxed);
+        let due = now >= before + PRUNE_EVERY.as_millis() as i64;
+        if !due || last.compare_exchange(before, now, Ordering::AcqRel, Ordering::Relaxed).is_err()
+        {
+            return;
+        }
+        let pool = self.inner.pool.clone();
+        tokio::spawn(async move {
+            let kept = TOKENS_KEPT.as_millis() as i64;
+            if let Err(e) = sqlx::query(PRUNE_SQL).bind(kept).execute(&pool).await {
+                debug!(error = %e, "could not prune the recorded rounds; the next prune will");
+            }
+        });
     }
 
     /// Lets the indexer know of the messages these appends stored.
@@ -201,7 +203,8 @@ impl Pg {
         appends: &[&Append],
         delivered: &[i64],
     ) -> Result<Vec<Result<Appended, StoreError>>, StoreError> {
-        self.round_tries(appends, delivered, Token::new(), 0).await
+        self.prune_when_due();
+        self.round_tries(appends, delivered, &Token::new(), 0).await
     }
 
     /// [`Pg::try_round`] for the round `token`, of which `tries` were made already. One token
@@ -211,15 +214,14 @@ impl Pg {
         &self,
         appends: &[&Append],
         delivered: &[i64],
-        token: Token,
+        token: &Token,
         mut tries: u32,
     ) -> Result<Vec<Result<Appended, StoreError>>, StoreError> {
         let started = Instant::now();
-        let prune = self.prune_due();
         let outcome = loop {
             tries += 1;
             let pool = &self.inner.pool;
-            let attempt = match write_once(pool, appends, delivered, token, prune).await {
+            let attempt = match write_once(pool, appends, delivered, token).await {
                 Err(e) if tries > 1 && token_taken(&e) => recorded(pool, appends, token).await,
                 attempt => attempt,
             };
@@ -342,21 +344,24 @@ const ROUND_SQL: &str = "
         FROM a
     ),
     kept AS (
-        INSERT INTO round_tokens (token, result)
-        SELECT $25, coalesce(jsonb_agg(jsonb_build_array(found, fresh, ids) ORDER BY i), '[]')::text
+        INSERT INTO round_tokens (token, written_at, result)
+        SELECT $25, (extract(epoch FROM clock_timestamp()) * 1000)::bigint,
+               coalesce(jsonb_agg(jsonb_build_array(found, fresh, ids) ORDER BY i), '[]')::text
         FROM result
-    ),
-    pruned AS (DELETE FROM round_tokens WHERE token < $26)
+    )
     SELECT found, fresh, ids FROM result ORDER BY i";
 
+/// Forgets the rounds recorded more than `$1` milliseconds ago, by the database's clock.
+const PRUNE_SQL: &str = "DELETE FROM round_tokens
+     WHERE written_at < (extract(epoch FROM clock_timestamp()) * 1000)::bigint - $1";
+
 /// One try of a round, on the pool or inside a caller's transaction: each append's outcome,
-/// in order. `token` is recorded with the outcomes (see [`Token`]); tokens below `prune` go.
+/// in order, recorded with `token` (see [`Token`]).
 pub(crate) async fn write_once(
     db: impl sqlx::PgExecutor<'_>,
     appends: &[&Append],
     delivered: &[i64],
-    token: Token,
-    prune: Option<i64>,
+    token: &Token,
 ) -> Result<Vec<Result<Appended, StoreError>>, sqlx::Error> {
     let each = |f: fn(&Append) -> Option<String>| appends.iter().map(|a| f(a)).collect::<Vec<_>>();
     let count = |f: fn(&Append) -> i64| appends.iter().map(|a| f(a)).collect::<Vec<_>>();
@@ -390,8 +395,7 @@ pub(crate) async fn write_once(
         .bind(column(|m| m.platform_message_id.clone()))
         .bind(messages.iter().map(|(_, m)| m.token_count).collect::<Vec<_>>())
         .bind(delivered)
-        .bind(token.0)
-        .bind(prune)
+        .bind(&token.0)
         .fetch_all(db)
         .await?;
     Ok(outcomes(appends, rows))
@@ -414,19 +418,13 @@ fn outcomes(
         .collect()
 }
 
-/// What names one round across its tries: the time it was drawn (milliseconds, in the high
-/// bits) and 20 random bits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Token(i64);
+/// What names one round across its tries: a UUID (version 7, 74 random bits).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Token(String);
 
 impl Token {
     pub(crate) fn new() -> Token {
-        Token(Token::at(now_ms()) | rand::random_range(0..1 << 20))
-    }
-
-    /// The lowest token drawn at `ms` or later.
-    fn at(ms: i64) -> i64 {
-        ms.max(0) << 20
+        Token(uuid::Uuid::now_v7().to_string())
     }
 }
 
@@ -440,14 +438,23 @@ fn token_taken(e: &sqlx::Error) -> bool {
 async fn recorded(
     pool: &sqlx::PgPool,
     appends: &[&Append],
-    token: Token,
+    token: &Token,
 ) -> Result<Vec<Result<Appended, StoreError>>, sqlx::Error> {
     let result: String = sqlx::query_scalar("SELECT result FROM round_tokens WHERE token = $1")
-        .bind(token.0)
+        .bind(&token.0)
         .fetch_one(pool)
         .await?;
     let rows: Vec<(bool, bool, Vec<i64>)> =
         serde_json::from_str(&result).map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
+    if rows.len() != appends.len() {
+        let e = format!(
+            "round {} recorded {} outcomes for {} appends",
+            token.0,
+            rows.len(),
+            appends.len()
+        );
+        return Err(sqlx::Error::Protocol(e));
+    }
     Ok(outcomes(appends, rows))
 }
 
@@ -483,23 +490,29 @@ mod tests {
         };
         let token = Token::new();
         // The first try commits, but its answer never reaches herald (the connection broke).
-        let first = write_once(&pg.inner.pool, &[&append], &[], token, None).await.unwrap();
+        let first = write_once(&pg.inner.pool, &[&append], &[], &token).await.unwrap();
         let Ok(Appended::Stored(ids)) = &first[0] else { panic!("{first:?}") };
-        let again = pg.round_tries(&[&append], &[], token, 1).await.unwrap();
+        let again = pg.round_tries(&[&append], &[], &token, 1).await.unwrap();
         let Ok(Appended::Stored(again_ids)) = &again[0] else { panic!("{again:?}") };
         assert_eq!(again_ids, ids, "the retry reports what the first try stored");
         assert_eq!(store.history(&session.id).await.unwrap().len(), 1, "stored twice");
         assert_eq!(store.undelivered().await.unwrap().len(), 1, "two replies to send");
-        let read = recorded(&pg.inner.pool, &[&append], token).await.unwrap();
+        let read = recorded(&pg.inner.pool, &[&append], &token).await.unwrap();
         assert!(matches!(&read[0], Ok(Appended::Stored(read_ids)) if read_ids == ids));
 
-        // Pruning takes the older tokens and keeps the round's own.
-        write_once(&pg.inner.pool, &[&append], &[], Token::new(), Some(i64::MAX)).await.unwrap();
-        let tokens: i64 = sqlx::query_scalar("SELECT count(*) FROM round_tokens")
-            .fetch_one(&pg.inner.pool)
+        // Pruning goes by the database's clock: a round recorded now stays, an old one goes.
+        let pool = &pg.inner.pool;
+        sqlx::query("UPDATE round_tokens SET written_at = written_at - 3600000 WHERE token = $1")
+            .bind(&token.0)
+            .execute(pool)
             .await
             .unwrap();
-        assert_eq!(tokens, 1);
+        write_once(pool, &[&append], &[], &Token::new()).await.unwrap();
+        sqlx::query(super::PRUNE_SQL).bind(600_000i64).execute(pool).await.unwrap();
+        let left: Vec<String> =
+            sqlx::query_scalar("SELECT token FROM round_tokens").fetch_all(pool).await.unwrap();
+        assert_eq!(left.len(), 1);
+        assert_ne!(left[0], token.0);
         store.close().await;
     }
 }

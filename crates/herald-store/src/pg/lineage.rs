@@ -205,7 +205,7 @@ async fn compress(
         };
         // The child was inserted above in this transaction: it cannot be missing.
         let mut stored =
-            super::group::write_once(&mut *conn, &[&append], &[], Token::new(), None).await?;
+            super::group::write_once(&mut *conn, &[&append], &[], &Token::new()).await?;
         if !matches!(stored.pop(), Some(Ok(Appended::Stored(_)))) {
             return Err(sqlx::Error::RowNotFound);
         }

@@ -207,19 +207,15 @@ async fn apply(
             return Err(e);
         }
     };
-    let (mut unwanted, mut settled) = (Vec::new(), HashSet::new());
+    // Each key taken goes to its first asker still waiting; one nobody waits for any more is
+    // let go at once, so nobody may hold it.
     for (key, reply) in asked {
-        // Each key taken goes to its first asker.
-        let got = taken.contains(&key) && settled.insert(key);
-        if reply.send(Ok(got)).is_ok() {
-            if got {
-                held.insert(key);
-            }
-        } else if got {
-            // Whoever asked stopped waiting, so nobody may hold it.
-            unwanted.push(key);
+        let got = taken.contains(&key) && !held.contains(&key);
+        if reply.send(Ok(got)).is_ok() && got {
+            held.insert(key);
         }
     }
+    let unwanted: Vec<i64> = taken.into_iter().filter(|key| !held.contains(key)).collect();
     run(conn, UNLOCK, &unwanted).await.map(drop)
 }
 
