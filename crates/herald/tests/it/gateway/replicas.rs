@@ -2,15 +2,16 @@
 //! in webhook mode behind a load balancer, Discord with two shards, Slack with every replica's
 //! sockets open. Every message answered once and in order, whichever replica received it; a
 //! replica killed in the middle of the load leaves nothing unanswered; two replicas receiving
-//! one conversation's messages at once run it one turn at a time; and a store that goes away
-//! for ten seconds loses nothing.
+//! one conversation's messages at once run it one turn at a time; a command that takes a
+//! session over waits for what another replica queued; and a store that goes away for ten
+//! seconds loses nothing.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use herald_core::Platform;
+use herald_core::{ChatKind, ChatRef, Platform, UserRef};
 use herald_fakes::FakeModel;
 use herald_fakes::balancer::Balancer;
 use herald_fakes::discord::{FakeDiscord, InboundMessage};
@@ -376,6 +377,43 @@ async fn two_replicas_receiving_one_conversation_at_once_run_it_one_turn_at_a_ti
         history.iter().skip(1).step_by(2).map(|m| m.content.clone()).collect();
     let posted: Vec<String> = r.slack.posted_in(&channel).into_iter().map(|p| p.text).collect();
     assert_eq!(posted, answered, "answers posted in the order of the history");
+    store.close().await;
+    r.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_command_that_starts_a_session_here_waits_for_what_another_replica_queued() {
+    let (url, password) = Replicas::database().await;
+    let mut r = Replicas::start(1, People::new(1, 0, 0), url, password).await;
+    let user = r.people.telegram[0];
+    // Another replica stored a question for this chat and died before answering it; the
+    // person then writes /new here. The question is answered first, in the old session.
+    let store = Store::open(r.store.clone()).await.unwrap();
+    let chat = ChatRef {
+        platform: Platform::Telegram,
+        id: user.to_string(),
+        kind: ChatKind::Direct,
+        thread: None,
+    };
+    let key = format!("telegram:dm:{user}");
+    let person = UserRef::new(user.to_string());
+    let question = "¿sigues ahí? 还在吗";
+    let queued = store.queue_inbound(&key, "elsewhere-1", &chat, &person, question).await;
+    queued.unwrap().expect("queued");
+    r.telegram.dm(user, "/new");
+    r.until("the question and /new were not both answered", |r| {
+        r.telegram.sent_to(user).len() >= 2
+    })
+    .await;
+    let sent: Vec<String> = r.telegram.sent_to(user).into_iter().map(|m| m.text).collect();
+    assert_eq!(sent[0], "echo: ¿sigues ahí? 还在吗", "{sent:#?}");
+    assert!(sent[1].starts_with("Started a new conversation"), "{sent:#?}");
+    let sessions = store.list_sessions(&Default::default()).await.unwrap();
+    assert_eq!(sessions.len(), 2, "{sessions:#?}");
+    let ended = sessions.iter().find(|s| s.ended_at.is_some()).expect("the old session ended");
+    let history = store.history(&ended.id).await.unwrap();
+    let texts: Vec<&str> = history.iter().map(|m| m.content.as_str()).collect();
+    assert_eq!(texts, ["¿sigues ahí? 还在吗", "echo: ¿sigues ahí? 还在吗"]);
     store.close().await;
     r.stop().await;
 }
