@@ -11,18 +11,19 @@
 //! each inbound id, once; an append that would repeat one waits for the next round, with every
 //! later append of its session. A round the database refuses for what it holds (a value, a
 //! constraint) is written again one append at a time, so that the append at fault fails alone;
-//! any other failure is every caller's.
+//! any other failure is every caller's. A round tried again after its connection broke is never
+//! written twice (`tokens.rs`).
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use herald_core::Platform;
 use tokio::sync::{Semaphore, oneshot};
 use tracing::debug;
 
 use super::Pg;
+use super::tokens::{Pruning, Token, recorded, token_taken};
 use crate::error::StoreError;
 use crate::messages::{Append, Appended, NewMessage};
 use crate::time::now_ms;
@@ -33,18 +34,12 @@ const FLUSHERS: usize = 2;
 /// Most appends in one statement.
 const ROUND: usize = 256;
 
-/// How long a round's token and outcomes are kept.
-const TOKENS_KEPT: Duration = Duration::from_secs(600);
-/// How often a store prunes the tokens past [`TOKENS_KEPT`].
-const PRUNE_EVERY: Duration = Duration::from_secs(60);
-
 /// Writes waiting for a flusher.
 #[derive(Debug)]
 pub(crate) struct Group {
     queue: Mutex<Queue>,
     permits: Arc<Semaphore>,
-    /// When this store last pruned the round tokens (milliseconds).
-    pruned_at: AtomicI64,
+    pruning: Pruning,
 }
 
 impl Default for Group {
@@ -52,7 +47,7 @@ impl Default for Group {
         Group {
             queue: Mutex::default(),
             permits: Arc::new(Semaphore::new(FLUSHERS)),
-            pruned_at: AtomicI64::new(0),
+            pruning: Pruning::default(),
         }
     }
 }
@@ -167,26 +162,6 @@ impl Pg {
         }
     }
 
-    /// Every [`PRUNE_EVERY`], forgets the rounds recorded more than [`TOKENS_KEPT`] ago (far
-    /// beyond any try of theirs), on the side: no round waits for it.
-    fn prune_when_due(&self) {
-        let now = now_ms();
-        let last = &self.inner.group.pruned_at;
-        let before = last.load(Ordering::Relaxed);
-        let due = now >= before + PRUNE_EVERY.as_millis() as i64;
-        if !due || last.compare_exchange(before, now, Ordering::AcqRel, Ordering::Relaxed).is_err()
-        {
-            return;
-        }
-        let pool = self.inner.pool.clone();
-        tokio::spawn(async move {
-            let kept = TOKENS_KEPT.as_millis() as i64;
-            if let Err(e) = sqlx::query(PRUNE_SQL).bind(kept).execute(&pool).await {
-                debug!(error = %e, "could not prune the recorded rounds; the next prune will");
-            }
-        });
-    }
-
     /// Lets the indexer know of the messages these appends stored.
     fn stored(&self, results: &[Result<Appended, StoreError>]) {
         let stored = results.iter().map(|r| match r {
@@ -203,14 +178,14 @@ impl Pg {
         appends: &[&Append],
         delivered: &[i64],
     ) -> Result<Vec<Result<Appended, StoreError>>, StoreError> {
-        self.prune_when_due();
+        self.inner.group.pruning.when_due(&self.inner.pool);
         self.round_tries(appends, delivered, &Token::new(), 0).await
     }
 
     /// [`Pg::try_round`] for the round `token`, of which `tries` were made already. One token
     /// for every try: a try after a broken connection may find an earlier one committed, and
     /// then takes its outcomes rather than writing the round twice.
-    async fn round_tries(
+    pub(super) async fn round_tries(
         &self,
         appends: &[&Append],
         delivered: &[i64],
@@ -351,10 +326,6 @@ const ROUND_SQL: &str = "
     )
     SELECT found, fresh, ids FROM result ORDER BY i";
 
-/// Forgets the rounds recorded more than `$1` milliseconds ago, by the database's clock.
-const PRUNE_SQL: &str = "DELETE FROM round_tokens
-     WHERE written_at < (extract(epoch FROM clock_timestamp()) * 1000)::bigint - $1";
-
 /// One try of a round, on the pool or inside a caller's transaction: each append's outcome,
 /// in order, recorded with `token` (see [`Token`]).
 pub(crate) async fn write_once(
@@ -403,7 +374,7 @@ pub(crate) async fn write_once(
 
 /// Each append's outcome from its row of a round: whether its session was found, whether it
 /// was written (not a duplicate inbound id), and its messages' ids.
-fn outcomes(
+pub(super) fn outcomes(
     appends: &[&Append],
     rows: Vec<(bool, bool, Vec<i64>)>,
 ) -> Vec<Result<Appended, StoreError>> {
@@ -416,103 +387,4 @@ fn outcomes(
             (true, true) => Ok(Appended::Stored(ids)),
         })
         .collect()
-}
-
-/// What names one round across its tries: a UUID (version 7, 74 random bits).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Token(String);
-
-impl Token {
-    pub(crate) fn new() -> Token {
-        Token(uuid::Uuid::now_v7().to_string())
-    }
-}
-
-/// Whether a round was refused because its token is recorded: an earlier try of it committed.
-fn token_taken(e: &sqlx::Error) -> bool {
-    let sqlx::Error::Database(db) = e else { return false };
-    super::write::is_unique_violation(e) && db.constraint() == Some("round_tokens_pkey")
-}
-
-/// The outcomes an earlier try of the round `token` recorded.
-async fn recorded(
-    pool: &sqlx::PgPool,
-    appends: &[&Append],
-    token: &Token,
-) -> Result<Vec<Result<Appended, StoreError>>, sqlx::Error> {
-    let result: String = sqlx::query_scalar("SELECT result FROM round_tokens WHERE token = $1")
-        .bind(&token.0)
-        .fetch_one(pool)
-        .await?;
-    let rows: Vec<(bool, bool, Vec<i64>)> =
-        serde_json::from_str(&result).map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
-    if rows.len() != appends.len() {
-        let e = format!(
-            "round {} recorded {} outcomes for {} appends",
-            token.0,
-            rows.len(),
-            appends.len()
-        );
-        return Err(sqlx::Error::Protocol(e));
-    }
-    Ok(outcomes(appends, rows))
-}
-
-#[cfg(test)]
-mod tests {
-    use herald_core::{ChatKind, ChatRef, Platform};
-
-    use super::{Token, recorded, write_once};
-    use crate::messages::{Append, Appended, Delivery, NewMessage, TokenUsage};
-    use crate::scratch::{Kind, Scratch};
-    use crate::sessions::NewSession;
-    use crate::store::Store;
-
-    #[tokio::test]
-    async fn a_round_tried_again_after_its_answer_was_lost_is_written_once() {
-        let scratch = Scratch::new(Kind::Postgres).await;
-        let store = Store::open(scratch.options.clone()).await.unwrap();
-        let pg = store.postgres().expect("a PostgreSQL store");
-        let session =
-            store.create_session(&NewSession::new(Platform::Telegram, "p")).await.unwrap();
-        let chat = ChatRef {
-            platform: Platform::Telegram,
-            id: "42".into(),
-            kind: ChatKind::Direct,
-            thread: None,
-        };
-        let append = Append {
-            session_id: session.id.clone(),
-            messages: vec![NewMessage::assistant("答えは四十二 🙂")],
-            dedupe: None,
-            usage: TokenUsage::default(),
-            outbox: Some(Delivery { chat, reply_to: None, text: "答えは四十二 🙂".into() }),
-        };
-        let token = Token::new();
-        // The first try commits, but its answer never reaches herald (the connection broke).
-        let first = write_once(&pg.inner.pool, &[&append], &[], &token).await.unwrap();
-        let Ok(Appended::Stored(ids)) = &first[0] else { panic!("{first:?}") };
-        let again = pg.round_tries(&[&append], &[], &token, 1).await.unwrap();
-        let Ok(Appended::Stored(again_ids)) = &again[0] else { panic!("{again:?}") };
-        assert_eq!(again_ids, ids, "the retry reports what the first try stored");
-        assert_eq!(store.history(&session.id).await.unwrap().len(), 1, "stored twice");
-        assert_eq!(store.undelivered().await.unwrap().len(), 1, "two replies to send");
-        let read = recorded(&pg.inner.pool, &[&append], &token).await.unwrap();
-        assert!(matches!(&read[0], Ok(Appended::Stored(read_ids)) if read_ids == ids));
-
-        // Pruning goes by the database's clock: a round recorded now stays, an old one goes.
-        let pool = &pg.inner.pool;
-        sqlx::query("UPDATE round_tokens SET written_at = written_at - 3600000 WHERE token = $1")
-            .bind(&token.0)
-            .execute(pool)
-            .await
-            .unwrap();
-        write_once(pool, &[&append], &[], &Token::new()).await.unwrap();
-        sqlx::query(super::PRUNE_SQL).bind(600_000i64).execute(pool).await.unwrap();
-        let left: Vec<String> =
-            sqlx::query_scalar("SELECT token FROM round_tokens").fetch_all(pool).await.unwrap();
-        assert_eq!(left.len(), 1);
-        assert_ne!(left[0], token.0);
-        store.close().await;
-    }
 }

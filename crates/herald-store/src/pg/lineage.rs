@@ -11,8 +11,8 @@ use std::sync::Arc;
 use sqlx::PgConnection;
 
 use super::Pg;
-use super::group::Token;
 use super::sessions::{bind_new, end_in, insert_session, new_session_sql, read_session};
+use super::tokens::Token;
 use crate::error::StoreError;
 use crate::lineage::{COMPRESSED, MAX_DEPTH, nearest_kept, split_number};
 use crate::messages::{Append, Appended, NewMessage, TokenUsage};

@@ -4,9 +4,9 @@
 //!
 //! One task owns the connection and takes every lock operation of the store in turn (those
 //! asked for at once in one statement), so the same name is never locked twice through it
-//! (PostgreSQL would grant that: advisory locks stack within a connection). It also asks `SELECT 1` every second: a connection lost while
-//! idle is noticed, every lock taken through it learns it is lost, and the next lock opens a
-//! new connection.
+//! (PostgreSQL would grant that: advisory locks stack within a connection). It also asks
+//! `SELECT 1` every second: a connection lost while idle is noticed, every lock taken through
+//! it learns it is lost, and the next lock opens a new connection.
 
 use std::collections::HashSet;
 use std::time::Duration;

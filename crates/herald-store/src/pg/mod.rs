@@ -20,6 +20,7 @@ mod pairing;
 mod replica;
 mod search;
 mod sessions;
+mod tokens;
 mod write;
 
 use std::sync::Arc;
