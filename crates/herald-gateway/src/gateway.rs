@@ -206,7 +206,7 @@ impl<P: Provider + 'static> Gateway<P> {
                 }
                 Some(idle) = idle_rx.recv() => router.on_idle(idle),
                 Some(found) = found_rx.recv() => match found {
-                    Found::Heard(key) => router.on_queued(key).await,
+                    Found::Heard(key, message) => router.on_queued(key, message).await,
                     Found::Missed => router.on_missed().await,
                     Found::Queued(key) => router.on_orphan(key).await,
                     Found::Unanswered(session) => router.on_unanswered(*session).await,

@@ -11,7 +11,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use herald_core::{Claim, Claimer, Platform, PositionSource, SessionKey};
-use herald_store::{Heard, Session, Store};
+use herald_store::{Heard, QueuedInbound, Session, Store};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
@@ -34,8 +34,9 @@ const CLAIM_RETRY: Duration = Duration::from_secs(1);
 /// Work the sweep found for the router.
 #[derive(Debug)]
 pub(crate) enum Found {
-    /// Another replica queued a message for this session key: its holder takes it in.
-    Heard(SessionKey),
+    /// Another replica queued a message for this session key (the message, when the
+    /// notification carried it): its holder takes it in.
+    Heard(SessionKey, Option<Box<QueuedInbound>>),
     /// Notifications may have been missed: every worker here looks at its queue.
     Missed,
     /// Messages wait in the queue of this session key and no replica holds its session (the
@@ -64,7 +65,9 @@ pub(crate) async fn watch(
             () = stop.cancelled() => return,
             Some(heard) = heard.recv() => {
                 let news = match heard {
-                    Heard::Queued(key) => Found::Heard(SessionKey::from_stored(key)),
+                    Heard::Queued { key, message } => {
+                        Found::Heard(SessionKey::from_stored(key), message)
+                    }
                     Heard::Missed => Found::Missed,
                 };
                 if found.send(news).await.is_err() {

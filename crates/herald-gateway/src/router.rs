@@ -9,7 +9,7 @@ use herald_agent::Provider;
 use herald_core::{
     AdapterEvent, ChatKind, ChatRef, Inbound, Placement, Platform, SessionKey, UserRef,
 };
-use herald_store::Session;
+use herald_store::{QueuedInbound, Session};
 use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, error, info, warn};
@@ -265,12 +265,14 @@ impl<P: Provider + 'static> Router<P> {
         self.workers.get(key).is_some_and(WorkerHandle::holds)
     }
 
-    /// A message was queued for `key`: the key's worker here, if there is one, takes it in.
-    /// Every replica hears every queued message; one without the key's worker leaves it to the
-    /// replica that has one, or to the sweep for keys whose holder is gone.
-    pub(crate) async fn on_queued(&mut self, key: SessionKey) {
+    /// A message was queued for `key`: the key's worker here, if there is one, takes it in
+    /// (reading it from the queue when the notification did not carry it). Every replica
+    /// hears every queued message; one without the key's worker leaves it to the replica that
+    /// has one, or to the sweep for keys whose holder is gone.
+    pub(crate) async fn on_queued(&mut self, key: SessionKey, message: Option<Box<QueuedInbound>>) {
         if self.holds(&key) {
-            self.dispatch(key, Input::Pull).await;
+            let input = message.map_or(Input::Pull, Input::Queued);
+            self.dispatch(key, input).await;
         }
     }
 

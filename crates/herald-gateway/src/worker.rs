@@ -28,6 +28,8 @@ pub(crate) enum Input {
     /// Messages were queued in the store for this key (by another replica, or before a
     /// restart): take them in (a new worker does so as it starts).
     Pull,
+    /// Another replica queued this message for this key: take it in.
+    Queued(Box<QueuedInbound>),
 }
 
 /// A worker saying it has been idle, having received `received` inputs in all.
@@ -223,6 +225,12 @@ impl<P: Provider + 'static> Worker<P> {
             }
             Input::Pull => {
                 self.pull().await;
+                None
+            }
+            Input::Queued(message) => {
+                if self.known.insert(message.seq) {
+                    self.take_in(*message).await;
+                }
                 None
             }
             Input::Resume(chat, user) => {

@@ -31,8 +31,8 @@ pub struct QueuedInbound {
     pub content: String,
 }
 
-/// A row of `inbound_queue`, on either backend.
-#[derive(sqlx::FromRow)]
+/// A row of `inbound_queue`, on either backend (and in a PostgreSQL notification).
+#[derive(sqlx::FromRow, serde::Deserialize)]
 pub(crate) struct QueueRow {
     seq: i64,
     platform: String,

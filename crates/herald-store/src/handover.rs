@@ -4,14 +4,21 @@
 use tokio::sync::mpsc;
 
 use crate::error::StoreError;
+use crate::gateway::QueuedInbound;
 use crate::open::Lite;
 use crate::write::write_tx;
 
 /// What a replica hears of the inbound queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Heard {
-    /// A message was queued for this session key.
-    Queued(String),
+    /// A message was queued for this session key: the message itself when the notification
+    /// could carry it, so that the replica running the session need not read it back.
+    Queued {
+        /// The session key.
+        key: String,
+        /// The message, unless it was too long for a notification.
+        message: Option<Box<QueuedInbound>>,
+    },
     /// Listening (again): whatever was queued before was not heard, for any key.
     Missed,
 }

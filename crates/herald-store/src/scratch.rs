@@ -81,6 +81,37 @@ pub async fn fresh_database() -> String {
     fresh_database_on(&server_url(), password().as_deref()).await.unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// Drops the database at `database` (as [`fresh_database_on`] made it) through a connection
+/// to `server`, its sessions ended first.
+pub async fn drop_database_on(
+    server: &str,
+    password: Option<&str>,
+    database: &str,
+) -> Result<(), String> {
+    let location = crate::pg::redact(server);
+    let path = database.split_once('?').map_or(database, |(path, _)| path);
+    let name = path.rsplit_once('/').map_or(path, |(_, name)| name);
+    if !name.starts_with('t') || !name[1..].bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(format!("{name} is not a database this run made"));
+    }
+    let mut options = PgConnectOptions::from_str(server)
+        .map_err(|e| format!("{location} is not a PostgreSQL URL: {e}"))?;
+    if let Some(password) = password {
+        options = options.password(password);
+    }
+    let mut conn = options
+        .connect()
+        .await
+        .map_err(|e| format!("cannot reach PostgreSQL at {location}: {e}"))?;
+    // The name was checked above: a letter and hex digits, as fresh_database_on makes them.
+    sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
+        .execute(&mut conn)
+        .await
+        .map_err(|e| format!("cannot drop the database {name} on {location}: {e}"))?;
+    conn.close().await.ok();
+    Ok(())
+}
+
 /// Creates a new, empty database on the server of `server` (a URL naming any database on it
 /// that the user may connect to); returns the new database's URL (no password).
 pub async fn fresh_database_on(server: &str, password: Option<&str>) -> Result<String, String> {

@@ -134,6 +134,7 @@ async fn origin<P>(
     match input {
         Input::Inbound(inbound, _) => Some((inbound.chat.clone(), inbound.user.clone())),
         Input::Resume(chat, user) => Some((chat.clone(), user.clone())),
+        Input::Queued(message) => Some((message.chat.clone(), message.user.clone())),
         Input::Pull => match shared.store.queued_for(key.as_str()).await {
             Ok(queued) => queued.into_iter().next().map(|q| (q.chat, q.user)),
             Err(e) => {

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use herald_core::{ChatRef, Platform, Role, UserRef};
+use herald_core::{Platform, Role};
 use sqlx::PgConnection;
 
 use super::Pg;
@@ -11,16 +11,6 @@ use crate::error::StoreError;
 use crate::gateway::{QUEUE_COLUMNS, QueueRow, QueuedInbound};
 use crate::sessions::{SESSION_COLUMNS, Session};
 use crate::time::now_ms;
-
-/// What [`Pg::queue_inbound`] writes.
-#[derive(Debug)]
-struct ToQueue {
-    session_key: String,
-    message_id: String,
-    chat: ChatRef,
-    user: UserRef,
-    content: String,
-}
 
 impl Pg {
     pub(crate) async fn cursor(
@@ -75,62 +65,6 @@ impl Pg {
             })
         })
         .await
-    }
-
-    /// Records the inbound id and queues the message (see [`QUEUE`]); `None` when the id was
-    /// recorded before.
-    pub(crate) async fn queue_inbound(
-        &self,
-        session_key: &str,
-        message_id: &str,
-        chat: &ChatRef,
-        user: &UserRef,
-        content: &str,
-    ) -> Result<Option<i64>, StoreError> {
-        let queued = Arc::new(ToQueue {
-            session_key: session_key.to_owned(),
-            message_id: message_id.to_owned(),
-            chat: chat.clone(),
-            user: user.clone(),
-            content: content.to_owned(),
-        });
-        self.write_one(move |pool| {
-            let q = Arc::clone(&queued);
-            Box::pin(async move {
-                sqlx::query_scalar(QUEUE)
-                    .bind(q.chat.platform.as_str())
-                    .bind(&q.message_id)
-                    .bind(&q.session_key)
-                    .bind(&q.chat.id)
-                    .bind(&q.chat.thread)
-                    .bind(q.chat.kind.as_str())
-                    .bind(&q.user.id)
-                    .bind(&q.user.name)
-                    .bind(&q.content)
-                    .bind(now_ms())
-                    .bind(super::handover::QUEUED_CHANNEL)
-                    .fetch_optional(&pool)
-                    .await
-            })
-        })
-        .await
-    }
-
-    pub(crate) async fn take_queued(
-        &self,
-        session_id: &str,
-        seqs: &[i64],
-    ) -> Result<Vec<i64>, StoreError> {
-        let (id, seqs) = (Arc::<str>::from(session_id), Arc::<[i64]>::from(seqs));
-        let taken = self
-            .write_one(move |pool| {
-                let (id, seqs) = (Arc::clone(&id), Arc::clone(&seqs));
-                Box::pin(async move { take_in(&pool, &id, &seqs).await })
-            })
-            .await?;
-        let ids = taken.ok_or_else(|| StoreError::SessionNotFound(session_id.to_owned()))?;
-        crate::index::schedule_indexing(self, ids.len() as u64);
-        Ok(ids)
     }
 
     pub(crate) async fn queued_inbound(&self) -> Result<Vec<QueuedInbound>, StoreError> {
@@ -202,81 +136,6 @@ impl Pg {
         .await
     }
 }
-
-/// Moves queued messages into a session's history, in the order of `seqs`; `None` when the
-/// session does not exist. One statement: the session's row is locked before any message id is
-/// drawn, so appends to it from another replica wait rather than interleave with these ids.
-async fn take_in(
-    pool: &sqlx::PgPool,
-    session_id: &str,
-    seqs: &[i64],
-) -> Result<Option<Vec<i64>>, sqlx::Error> {
-    // One message (nearly always) by a statement of its own: PostgreSQL plans the array's
-    // statement again at every call, guessing the array's length.
-    let query = match seqs {
-        [seq] => sqlx::query_as(TAKE_ONE).bind(session_id).bind(seq),
-        seqs => sqlx::query_as(TAKE).bind(session_id).bind(seqs),
-    };
-    let (found, ids): (bool, Vec<i64>) =
-        query.bind(now_ms()).bind(Role::User.as_str()).fetch_one(pool).await?;
-    Ok(found.then_some(ids))
-}
-
-/// The statement of [`take_in`].
-const TAKE: &str = "
-    WITH found AS (SELECT id FROM sessions WHERE id = $1 FOR UPDATE),
-    taken AS (
-        DELETE FROM inbound_queue WHERE seq = ANY($2::bigint[]) AND EXISTS (SELECT 1 FROM found)
-        RETURNING seq, message_id, content
-    ),
-    added AS (
-        INSERT INTO messages (session_id, role, content, platform_message_id, created_at)
-        SELECT $1, $4, t.content, t.message_id, $3 FROM taken t
-        ORDER BY array_position($2::bigint[], t.seq)
-        RETURNING id
-    ),
-    counted AS (
-        UPDATE sessions SET message_count = message_count + (SELECT count(*) FROM added),
-               updated_at = $3
-        WHERE id = $1 AND EXISTS (SELECT 1 FROM added)
-    )
-    SELECT EXISTS (SELECT 1 FROM found), array(SELECT id FROM added ORDER BY id)";
-
-/// [`TAKE`] for one message.
-const TAKE_ONE: &str = "
-    WITH found AS (SELECT id FROM sessions WHERE id = $1 FOR UPDATE),
-    taken AS (
-        DELETE FROM inbound_queue WHERE seq = $2 AND EXISTS (SELECT 1 FROM found)
-        RETURNING message_id, content
-    ),
-    added AS (
-        INSERT INTO messages (session_id, role, content, platform_message_id, created_at)
-        SELECT $1, $4, content, message_id, $3 FROM taken
-        RETURNING id
-    ),
-    counted AS (
-        UPDATE sessions SET message_count = message_count + 1, updated_at = $3
-        WHERE id = $1 AND EXISTS (SELECT 1 FROM added)
-    )
-    SELECT EXISTS (SELECT 1 FROM found), array(SELECT id FROM added)";
-
-/// The statement of [`Pg::queue_inbound`]: the inbound id recorded, the message queued and
-/// every replica told (once this commits, the one running the session takes it in at once);
-/// no row when the id was recorded before. Two replicas queueing the same message at once:
-/// the second insert into `processed_inbound` waits for the first and then does nothing.
-const QUEUE: &str = "
-    WITH fresh AS (
-        INSERT INTO processed_inbound (platform, message_id, received_at) VALUES ($1, $2, $10)
-        ON CONFLICT DO NOTHING
-        RETURNING 1
-    ),
-    queued AS (
-        INSERT INTO inbound_queue (platform, message_id, session_key, chat_id, thread_id,
-                                   chat_kind, user_id, user_name, content, received_at)
-        SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10 WHERE EXISTS (SELECT 1 FROM fresh)
-        RETURNING seq
-    )
-    SELECT q.seq FROM queued q CROSS JOIN LATERAL (SELECT pg_notify($11, $3)) told";
 
 async fn last_user_message(
     conn: &mut PgConnection,

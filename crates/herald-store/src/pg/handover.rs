@@ -1,6 +1,7 @@
 //! What replicas hand each other through PostgreSQL: a notification on the channel
-//! `herald_queued` when a message is queued for a session (its payload the session key), so the
-//! replica running the session takes it in at once; and the claims on replies being sent.
+//! `herald_queued` when a message is queued for a session (its payload the queued row as JSON,
+//! or only its session key when the row is too long for a notification), so the replica running
+//! the session takes it in at once; and the claims on replies being sent.
 
 use std::time::Duration;
 
@@ -11,12 +12,33 @@ use tracing::{debug, warn};
 use super::Pg;
 use super::write::pg_write;
 use crate::error::StoreError;
+use crate::gateway::{QueueRow, QueuedInbound};
 use crate::handover::Heard;
 
 /// The channel queue_inbound notifies on.
 pub(crate) const QUEUED_CHANNEL: &str = "herald_queued";
 /// Notifications that may wait for the gateway.
 const HEARD_WAITING: usize = 1024;
+
+/// What a notification on [`QUEUED_CHANNEL`] says: `{"key": ...}` alone, or the whole queued
+/// row. A payload that is not JSON is a session key (as replicas before the row sent it).
+fn heard_of(payload: &str) -> Heard {
+    #[derive(serde::Deserialize)]
+    struct KeyOnly {
+        session_key: String,
+    }
+    let row = serde_json::from_str::<QueueRow>(payload).map_err(StoreError::from);
+    if let Ok(message) = row.and_then(QueuedInbound::try_from) {
+        let key = message.session_key.clone();
+        return Heard::Queued { key, message: Some(Box::new(message)) };
+    }
+    // A row this replica cannot read is read from the queue by the one running the session.
+    let key = match serde_json::from_str::<KeyOnly>(payload) {
+        Ok(only) => only.session_key,
+        Err(_) => payload.to_owned(),
+    };
+    Heard::Queued { key, message: None }
+}
 
 impl Pg {
     /// Session keys as any replica queues messages for them. The listening connection is
@@ -38,7 +60,7 @@ impl Pg {
                     }
                     loop {
                         let heard = listener.recv().await?;
-                        if tx.send(Heard::Queued(heard.payload().to_owned())).await.is_err() {
+                        if tx.send(heard_of(heard.payload())).await.is_err() {
                             return Ok(());
                         }
                     }

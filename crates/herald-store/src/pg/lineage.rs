@@ -11,6 +11,7 @@ use std::sync::Arc;
 use sqlx::PgConnection;
 
 use super::Pg;
+use super::round::{Batch, write_once};
 use super::sessions::{bind_new, end_in, insert_session, new_session_sql, read_session};
 use super::tokens::Token;
 use crate::error::StoreError;
@@ -204,8 +205,8 @@ async fn compress(
             outbox: None,
         };
         // The child was inserted above in this transaction: it cannot be missing.
-        let mut stored =
-            super::group::write_once(&mut *conn, &[&append], &[], &Token::new()).await?;
+        let batch = Batch::of_appends(vec![&append]);
+        let mut stored = write_once(&mut *conn, &batch, &Token::new()).await?.appended;
         if !matches!(stored.pop(), Some(Ok(Appended::Stored(_)))) {
             return Err(sqlx::Error::RowNotFound);
         }

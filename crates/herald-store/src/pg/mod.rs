@@ -18,6 +18,7 @@ mod open;
 mod outbox;
 mod pairing;
 mod replica;
+mod round;
 mod search;
 mod sessions;
 mod tokens;

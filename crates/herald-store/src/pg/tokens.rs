@@ -9,9 +9,7 @@ use std::time::Duration;
 
 use tracing::debug;
 
-use super::group::outcomes;
-use crate::error::StoreError;
-use crate::messages::{Append, Appended};
+use super::round::{Batch, Outcomes, outcomes};
 use crate::time::now_ms;
 
 /// How long a round's token and outcomes are kept: far beyond any try of the round.
@@ -70,26 +68,16 @@ pub(super) fn token_taken(e: &sqlx::Error) -> bool {
 /// The outcomes an earlier try of the round `token` recorded.
 pub(super) async fn recorded(
     pool: &sqlx::PgPool,
-    appends: &[&Append],
+    batch: &Batch<'_>,
     token: &Token,
-) -> Result<Vec<Result<Appended, StoreError>>, sqlx::Error> {
+) -> Result<Outcomes, sqlx::Error> {
     let result: String = sqlx::query_scalar("SELECT result FROM round_tokens WHERE token = $1")
         .bind(&token.0)
         .fetch_one(pool)
         .await?;
     let rows: Vec<(bool, bool, Vec<i64>)> =
         serde_json::from_str(&result).map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
-    if rows.len() != appends.len() {
-        // Not a failure a retry could cure.
-        let e = format!(
-            "round {} recorded {} outcomes for {} appends",
-            token.0,
-            rows.len(),
-            appends.len()
-        );
-        return Err(sqlx::Error::Decode(e.into()));
-    }
-    Ok(outcomes(appends, rows))
+    outcomes(batch, rows, token)
 }
 
 #[cfg(test)]
@@ -98,7 +86,7 @@ mod tests {
 
     use super::{PRUNE_SQL, Token, recorded};
     use crate::messages::{Append, Appended, Delivery, NewMessage, TokenUsage};
-    use crate::pg::group::write_once;
+    use crate::pg::round::{Batch, write_once};
     use crate::scratch::{Kind, Scratch};
     use crate::sessions::NewSession;
     use crate::store::Store;
@@ -124,15 +112,16 @@ mod tests {
             outbox: Some(Delivery { chat, reply_to: None, text: "答えは四十二 🙂".into() }),
         };
         let token = Token::new();
+        let batch = Batch::of_appends(vec![&append]);
         // The first try commits, but its answer never reaches herald (the connection broke).
-        let first = write_once(&pg.inner.pool, &[&append], &[], &token).await.unwrap();
+        let first = write_once(&pg.inner.pool, &batch, &token).await.unwrap().appended;
         let Ok(Appended::Stored(ids)) = &first[0] else { panic!("{first:?}") };
-        let again = pg.round_tries(&[&append], &[], &token, 1).await.unwrap();
+        let again = pg.round_tries(&batch, &token, 1).await.unwrap().appended;
         let Ok(Appended::Stored(again_ids)) = &again[0] else { panic!("{again:?}") };
         assert_eq!(again_ids, ids, "the retry reports what the first try stored");
         assert_eq!(store.history(&session.id).await.unwrap().len(), 1, "stored twice");
         assert_eq!(store.undelivered().await.unwrap().len(), 1, "two replies to send");
-        let read = recorded(&pg.inner.pool, &[&append], &token).await.unwrap();
+        let read = recorded(&pg.inner.pool, &batch, &token).await.unwrap().appended;
         assert!(matches!(&read[0], Ok(Appended::Stored(read_ids)) if read_ids == ids));
 
         // Pruning goes by the database's clock: a round recorded now stays, an old one goes.
@@ -142,7 +131,7 @@ mod tests {
             .execute(pool)
             .await
             .unwrap();
-        write_once(pool, &[&append], &[], &Token::new()).await.unwrap();
+        write_once(pool, &batch, &Token::new()).await.unwrap();
         sqlx::query(PRUNE_SQL).bind(600_000i64).execute(pool).await.unwrap();
         let left: Vec<String> =
             sqlx::query_scalar("SELECT token FROM round_tokens").fetch_all(pool).await.unwrap();

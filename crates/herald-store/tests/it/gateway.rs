@@ -163,6 +163,40 @@ async fn taking_queued_messages_appends_them_in_the_given_order_once(store, scra
     assert_eq!(queue(&store, &s, "21", "alpha").await, None);
 }
 
+async fn queued_messages_taken_beside_other_writes_keep_each_session_in_order(store, scratch) {
+    let s = routed(&store, "telegram:dm:42").await;
+    let other = routed(&store, "telegram:dm:43").await;
+    let a = queue(&store, &s, "41", "первый 🙂").await.unwrap();
+    let b = queue(&store, &s, "42", "第二条").await.unwrap();
+    // At once, so that a store grouping its writes has them in one batch: the take, an
+    // answer behind it in the same session, another session's turn, and one message queued
+    // twice (two connections delivered it).
+    let seqs = [a, b];
+    let (taken, answer, theirs, once, twice) = tokio::join!(
+        store.take_queued(&s.id, &seqs),
+        store.append_messages(&s.id, vec![NewMessage::assistant("ответ")]),
+        store.append_messages(&other.id, turn(1)),
+        queue(&store, &other, "50", "¿otra vez?"),
+        queue(&store, &other, "50", "¿otra vez?"),
+    );
+    assert_eq!(usize::from(once.is_some()) + usize::from(twice.is_some()), 1);
+    let (taken, answer) = (taken.unwrap(), answer.unwrap());
+    assert_eq!(taken.len(), 2);
+    assert!(taken.iter().all(|id| answer[0] > *id), "{taken:?} then {answer:?}");
+    assert_eq!(theirs.unwrap().len(), 4);
+    let history = store.history(&s.id).await.unwrap();
+    let said: Vec<(Role, &str)> = history.iter().map(|m| (m.role, m.content.as_str())).collect();
+    assert_eq!(
+        said,
+        [(Role::User, "первый 🙂"), (Role::User, "第二条"), (Role::Assistant, "ответ")]
+    );
+    assert_eq!(store.session(&s.id).await.unwrap().unwrap().message_count, 3);
+    assert_eq!(store.session(&other.id).await.unwrap().unwrap().message_count, 4);
+    let queued = store.queued_inbound().await.unwrap();
+    let queued: Vec<&str> = queued.iter().map(|q| q.content.as_str()).collect();
+    assert_eq!(queued, ["¿otra vez?"]);
+}
+
 async fn taking_into_a_missing_session_loses_nothing(store, scratch) {
     let s = routed(&store, "telegram:dm:42").await;
     let seq = queue(&store, &s, "31", "keep me").await.unwrap();

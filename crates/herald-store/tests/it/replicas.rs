@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use herald_core::{ChatRef, Platform, UserRef};
 use herald_store::scratch::{Kind, Scratch};
-use herald_store::{Delivery, NewMessage, SessionLock, Store};
+use herald_store::{Delivery, Heard, NewMessage, SessionLock, Store};
 use sqlx::postgres::PgConnectOptions;
 use sqlx::{ConnectOptions, PgConnection};
 
@@ -229,21 +229,49 @@ async fn a_replica_that_loses_its_connection_loses_its_locks() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_replica_hears_at_once_what_another_queued() {
+async fn a_replica_hears_at_once_what_another_queued_with_the_message_when_it_fits() {
     let (store, scratch) = crate::fresh_on(herald_store::scratch::Kind::Postgres).await;
     let mut heard = store.queued_notifications();
     let other = reopen(&scratch).await;
     // The listener connects in the background; queue until it hears.
     let mut n = 0;
-    let key = loop {
+    loop {
         n += 1;
         queue(&other, "telegram:dm:9", &format!("n{n}"), "hello").await.unwrap();
-        if let Ok(Some(herald_store::Heard::Queued(key))) =
+        if let Ok(Some(Heard::Queued { .. })) =
             tokio::time::timeout(Duration::from_secs(2), heard.recv()).await
         {
-            break key;
+            break;
         }
         assert!(n < 10, "nothing heard");
+    }
+    // What it hears next, skipping what was queued while it started listening.
+    let mut next = async |id: &str| loop {
+        let news = tokio::time::timeout(Duration::from_secs(10), heard.recv()).await;
+        match news.expect("heard in time").expect("still listening") {
+            Heard::Queued { key, message } => {
+                if message.as_ref().is_none_or(|m| m.message_id == id) {
+                    return (key, message);
+                }
+            }
+            Heard::Missed => panic!("the listener broke"),
+        }
     };
+
+    let text = "Hola \"amigo\" 👋\n你好，世界 — مرحبا";
+    let seq = queue(&other, "telegram:dm:9", "words", text).await.unwrap();
+    let (key, message) = next("words").await;
     assert_eq!(key, "telegram:dm:9");
+    let message = message.expect("a short message comes with its notification");
+    assert_eq!((message.seq, message.content.as_str()), (seq, text));
+    assert_eq!(message.chat, ChatRef::direct(Platform::Slack, "D1"));
+    assert_eq!(message.user, UserRef { id: "U1".into(), name: None });
+
+    // Too long for a notification: the key alone, and the row waits in the queue.
+    let long = "я".repeat(5_000);
+    let seq = queue(&other, "slack:dm:D1", "long", &long).await.unwrap();
+    let (key, message) = next("long").await;
+    assert_eq!((key.as_str(), message), ("slack:dm:D1", None));
+    let queued = store.queued_for("slack:dm:D1").await.unwrap();
+    assert_eq!((queued[0].seq, queued[0].content.as_str()), (seq, long.as_str()));
 }
