@@ -108,6 +108,18 @@ impl StoreArgs {
         }
     }
 
+    /// Removes a database [`StoreArgs::place`] created on the PostgreSQL server, so that the
+    /// server keeps no garbage and its vacuuming of one measurement's rows does not run
+    /// during the next (a SQLite place goes with its temporary directory).
+    pub async fn discard(&self, place: Place) -> anyhow::Result<()> {
+        if let (Place::Postgres(database), Some(server)) = (&place, self.store.as_deref()) {
+            herald_store::scratch::drop_database_on(server, password().as_deref(), database)
+                .await
+                .map_err(anyhow::Error::msg)?;
+        }
+        Ok(())
+    }
+
     /// A temporary SQLite file, whatever `--store` says: the figure beside PostgreSQL's.
     pub fn sqlite_place(&self, name: &str) -> anyhow::Result<Place> {
         Ok(Place::Sqlite(ScratchDb::resolve(None, name)?))

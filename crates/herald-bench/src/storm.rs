@@ -67,10 +67,15 @@ struct StormLine {
 pub async fn run(args: StormArgs) -> anyhow::Result<Outcome> {
     if !args.store.is_postgres() {
         let place = args.store.place(args.db.clone(), "storm.db").await?;
-        return storm(&args, &place).await;
+        let outcome = storm(&args, &place).await;
+        args.store.discard(place).await?;
+        return outcome;
     }
     let sqlite = storm(&args, &args.store.sqlite_place("storm.db")?).await?;
-    let postgres = storm(&args, &args.store.place(None, "storm.db").await?).await?;
+    let place = args.store.place(None, "storm.db").await?;
+    let postgres = storm(&args, &place).await;
+    args.store.discard(place).await?;
+    let postgres = postgres?;
     Ok(Outcome {
         line: format!("{}\n{}", sqlite.line, postgres.line),
         ok: sqlite.ok && postgres.ok,

@@ -130,7 +130,9 @@ const STALL: Duration = Duration::from_secs(30);
 pub async fn run(args: GatewayArgs) -> anyhow::Result<Outcome> {
     if args.replicas <= 1 {
         let place = args.store.place(args.db.clone(), "gateway.db").await?;
-        return measure(&args, &place, 1, false).await;
+        let outcome = measure(&args, &place, 1, false).await;
+        args.store.discard(place).await?;
+        return outcome;
     }
     anyhow::ensure!(
         args.store.is_postgres(),
@@ -141,9 +143,13 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<Outcome> {
         args.platform == BenchPlatform::Telegram,
         "--replicas is measured on --platform telegram (webhook mode behind a balancer)"
     );
-    let one = measure(&args, &args.store.place(None, "gateway.db").await?, 1, true).await?;
-    let all =
-        measure(&args, &args.store.place(None, "gateway.db").await?, args.replicas, true).await?;
+    let place = args.store.place(None, "gateway.db").await?;
+    let one = measure(&args, &place, 1, true).await;
+    args.store.discard(place).await?;
+    let place = args.store.place(None, "gateway.db").await?;
+    let all = measure(&args, &place, args.replicas, true).await;
+    args.store.discard(place).await?;
+    let (one, all) = (one?, all?);
     Ok(Outcome { line: format!("{}\n{}", one.line, all.line), ok: one.ok && all.ok })
 }
 
