@@ -299,8 +299,12 @@ fn refused_data(e: &StoreError) -> bool {
     db.code().is_some_and(|code| ["22", "23", "54"].iter().any(|class| code.starts_with(class)))
 }
 
-/// The round to write now, and what waits for the next.
+/// The round to write now, and what waits for the next. Messages queued for other replicas go
+/// in rounds of their own: a transaction that notifies holds, until its commit is flushed, a
+/// lock that every other notifying commit in the database waits for, and the appends and
+/// deliveries of every replica would wait in that line too.
 fn split(batch: Vec<Pending>) -> (Round, Vec<Pending>) {
+    let queueing = matches!(batch.first(), Some(Pending::Queue { .. }));
     let mut round = Round::default();
     let mut later = Vec::new();
     let mut sessions: HashSet<String> = HashSet::new();
@@ -309,8 +313,10 @@ fn split(batch: Vec<Pending>) -> (Round, Vec<Pending>) {
     for pending in batch {
         let full = round.appends.len() + round.queued.len() >= ROUND;
         match pending {
-            Pending::Delivered { message_id, reply } => round.delivered.push((message_id, reply)),
-            Pending::Queue { message, reply } => {
+            Pending::Delivered { message_id, reply } if !queueing => {
+                round.delivered.push((message_id, reply));
+            }
+            Pending::Queue { message, reply } if queueing => {
                 let id = (message.chat.platform, message.message_id.clone());
                 if !full && !inbound.contains(&id) {
                     inbound.insert(id);
@@ -319,7 +325,7 @@ fn split(batch: Vec<Pending>) -> (Round, Vec<Pending>) {
                     later.push(Pending::Queue { message, reply });
                 }
             }
-            Pending::Append { append, taken, reply } => {
+            Pending::Append { append, taken, reply } if !queueing => {
                 let fits = !full
                     && !sessions.contains(&append.session_id)
                     && !waiting.contains(&append.session_id)
@@ -334,6 +340,7 @@ fn split(batch: Vec<Pending>) -> (Round, Vec<Pending>) {
                     later.push(Pending::Append { append, taken, reply });
                 }
             }
+            other => later.push(other),
         }
     }
     (round, later)
