@@ -134,9 +134,17 @@ impl Compressor {
 
     /// Remembers what a session's last model call counted (0: not reported, nothing learned).
     pub fn note_counted(&self, session: &str, tokens: u64) {
-        if tokens == 0 {
-            return;
+        if tokens > 0 {
+            self.remember_count(session, tokens);
         }
+    }
+
+    /// A session just created has counted nothing yet: no need to ask the store.
+    pub fn note_new(&self, session: &str) {
+        self.remember_count(session, 0);
+    }
+
+    fn remember_count(&self, session: &str, tokens: u64) {
         let mut counts = self.counts();
         if counts.len() >= COUNTED_CAP && !counts.contains_key(session) {
             counts.clear();

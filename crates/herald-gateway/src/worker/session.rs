@@ -18,10 +18,14 @@ impl<P: Provider + 'static> Worker<P> {
         }
         let new = self.new_session();
         let (session, created) = self.shared.store.route_or_create(self.key.as_str(), &new).await?;
-        if created {
-            info!(key = %self.key, session = %session.id, "session started");
+        if !created {
+            return self.remember(session).await;
         }
-        let info = self.remember(session).await?;
+        info!(key = %self.key, session = %session.id, "session started");
+        self.shared.compressor.note_new(&session.id);
+        // Its prompt is the one just stored (prompts are stored by their text's hash).
+        let info = SessionInfo { session, system_prompt: Arc::from(new.system_prompt) };
+        self.session = Some(info.clone());
         Ok(info)
     }
 
