@@ -23,7 +23,7 @@ use herald_core::{Adapter, AdapterContext, AdapterError, Capabilities, Platform,
 use tokio_util::sync::CancellationToken;
 
 pub use markup::{escape_html, to_telegram_html};
-pub use webhook::{WebhookSettings, derived_secret, is_valid_secret};
+pub use webhook::{MAX_CONNECTIONS, WebhookSettings, derived_secret, is_valid_secret};
 
 /// The longest message Telegram accepts, in UTF-16 code units.
 pub const MAX_MESSAGE_LEN: usize = 4096;

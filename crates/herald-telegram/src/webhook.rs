@@ -55,16 +55,24 @@ pub struct WebhookSettings {
 }
 
 impl WebhookSettings {
-    /// Settings with the secret derived from `token`, and Telegram's default of 40 connections.
+    /// Settings with the secret derived from `token`, and the most connections Telegram
+    /// allows: each post waits until herald has stored its update, so Telegram's default of 40
+    /// caps a bot at 40 updates per storing time (Telegram still posts one chat's updates one
+    /// at a time).
     pub fn new(url: impl Into<String>, listen: SocketAddr, token: &str) -> WebhookSettings {
         WebhookSettings {
             url: url.into(),
             listen,
             secret: derived_secret(token),
-            max_connections: 40,
+            max_connections: MAX_CONNECTIONS,
         }
     }
 }
+
+/// The most webhook connections Telegram opens at once for one bot.
+pub const MAX_CONNECTIONS: u8 = 100;
+
+impl WebhookSettings {}
 
 // Hand-written so that the secret never reaches a log through `{:?}`.
 impl std::fmt::Debug for WebhookSettings {

@@ -88,6 +88,9 @@ pub struct TelegramConfig {
     /// The environment variable holding the webhook's secret token; unset: derived from the
     /// bot token, the same on every replica.
     pub webhook_secret_env: Option<String>,
+    /// How many updates Telegram may post at once, 1 to 100 (each post waits until herald
+    /// has stored its update).
+    pub webhook_max_connections: u32,
 }
 
 impl Default for TelegramConfig {
@@ -102,6 +105,7 @@ impl Default for TelegramConfig {
             webhook_url: None,
             webhook_listen: None,
             webhook_secret_env: None,
+            webhook_max_connections: u32::from(herald_telegram::MAX_CONNECTIONS),
         }
     }
 }
@@ -118,6 +122,15 @@ impl TelegramConfig {
             format!("telegram.webhook_listen `{listen}` is not IP:PORT, like \"0.0.0.0:8443\"")
         })?;
         let mut webhook = WebhookSettings::new(url, listen, token.expose());
+        webhook.max_connections = u8::try_from(self.webhook_max_connections)
+            .ok()
+            .filter(|n| (1..=herald_telegram::MAX_CONNECTIONS).contains(n))
+            .ok_or_else(|| {
+                format!(
+                    "telegram.webhook_max_connections is {}; Telegram takes 1 to 100",
+                    self.webhook_max_connections
+                )
+            })?;
         if let Some(var) = &self.webhook_secret_env {
             let secret = super::resolve(var)
                 .map_err(|missing| format!("{missing} (telegram.webhook_secret_env names it)"))?;

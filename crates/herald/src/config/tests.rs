@@ -394,6 +394,14 @@ fn telegram_webhook_mode_needs_both_keys_and_an_https_url() {
     check_error(port, "telegram.webhook_listen", 3, "IP:PORT");
     let secret = "[telegram]\nwebhook_secret_env = \"not a name\"\n";
     check_error(secret, "telegram.webhook_secret_env", 2, "name of an environment variable");
+    let many = "[telegram]\nwebhook_max_connections = 500\n";
+    check_error(many, "telegram.webhook_max_connections", 2, "1 to 100");
+    check_error(
+        "[telegram]\nwebhook_max_connections = 0\n",
+        "telegram.webhook_max_connections",
+        2,
+        "1 to 100",
+    );
 
     let both = "[telegram]\nwebhook_url = \"https://bot.example.com/t\"\nwebhook_listen = \"0.0.0.0:8443\"\n";
     let telegram = parsed(both).unwrap().telegram.unwrap();
@@ -402,6 +410,13 @@ fn telegram_webhook_mode_needs_both_keys_and_an_https_url() {
     assert_eq!(webhook.url, "https://bot.example.com/t");
     assert_eq!(webhook.listen.to_string(), "0.0.0.0:8443");
     assert_eq!(webhook.secret, herald_telegram::derived_secret("123:abc"));
+    assert_eq!(webhook.max_connections, 100);
+    let fewer = format!("{both}webhook_max_connections = 40\n");
+    let fewer = parsed(&fewer).unwrap().telegram.unwrap();
+    assert_eq!(
+        fewer.settings(&Secret::new("123:abc")).unwrap().webhook.unwrap().max_connections,
+        40
+    );
     assert!(!format!("{webhook:?}").contains(&webhook.secret));
     let polling = parsed("[telegram]\n").unwrap().telegram.unwrap();
     assert!(polling.settings(&Secret::new("123:abc")).unwrap().webhook.is_none());

@@ -166,6 +166,12 @@ pub(crate) fn check(config: &Config, file: &Path, source: &str) -> Result<(), Co
         if let Some(secret) = &t.webhook_secret_env {
             var("telegram.webhook_secret_env", secret)?;
         }
+        if !(1..=100).contains(&t.webhook_max_connections) {
+            return Err(at(
+                "telegram.webhook_max_connections",
+                format!("is {}; Telegram takes 1 to 100", t.webhook_max_connections),
+            ));
+        }
     }
     if let Some(d) = &config.discord {
         var("discord.token_env", &d.token_env)?;
