@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::str::FromStr;
 
-use sqlx::postgres::PgConnectOptions;
+use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{ConnectOptions, Connection};
 
 use crate::open::StoreOptions;
@@ -91,18 +91,13 @@ pub async fn drop_database_on(
     let location = crate::pg::redact(server);
     let path = database.split_once('?').map_or(database, |(path, _)| path);
     let name = path.rsplit_once('/').map_or(path, |(_, name)| name);
-    if !name.starts_with('t') || !name[1..].bytes().all(|b| b.is_ascii_hexdigit()) {
+    let made = name
+        .strip_prefix('t')
+        .is_some_and(|hex| !hex.is_empty() && hex.bytes().all(|b| b.is_ascii_hexdigit()));
+    if !made {
         return Err(format!("{name} is not a database this run made"));
     }
-    let mut options = PgConnectOptions::from_str(server)
-        .map_err(|e| format!("{location} is not a PostgreSQL URL: {e}"))?;
-    if let Some(password) = password {
-        options = options.password(password);
-    }
-    let mut conn = options
-        .connect()
-        .await
-        .map_err(|e| format!("cannot reach PostgreSQL at {location}: {e}"))?;
+    let mut conn = connect_to(server, password).await?;
     // The name was checked above: a letter and hex digits, as fresh_database_on makes them.
     sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
         .execute(&mut conn)
@@ -112,19 +107,22 @@ pub async fn drop_database_on(
     Ok(())
 }
 
-/// Creates a new, empty database on the server of `server` (a URL naming any database on it
-/// that the user may connect to); returns the new database's URL (no password).
-pub async fn fresh_database_on(server: &str, password: Option<&str>) -> Result<String, String> {
+/// A connection to the database `server` names, or why not in one line.
+async fn connect_to(server: &str, password: Option<&str>) -> Result<PgConnection, String> {
     let location = crate::pg::redact(server);
     let mut options = PgConnectOptions::from_str(server)
         .map_err(|e| format!("{location} is not a PostgreSQL URL: {e}"))?;
     if let Some(password) = password {
         options = options.password(password);
     }
-    let mut conn = options
-        .connect()
-        .await
-        .map_err(|e| format!("cannot reach PostgreSQL at {location}: {e}"))?;
+    options.connect().await.map_err(|e| format!("cannot reach PostgreSQL at {location}: {e}"))
+}
+
+/// Creates a new, empty database on the server of `server` (a URL naming any database on it
+/// that the user may connect to); returns the new database's URL (no password).
+pub async fn fresh_database_on(server: &str, password: Option<&str>) -> Result<String, String> {
+    let location = crate::pg::redact(server);
+    let mut conn = connect_to(server, password).await?;
     let name = format!("t{}", uuid::Uuid::now_v7().simple());
     // The name is ours (a letter and hex digits), never input.
     sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
