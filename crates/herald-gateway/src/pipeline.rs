@@ -18,10 +18,9 @@ use crate::history;
 /// What the person said, and where it is.
 #[derive(Debug, Clone, Copy)]
 pub enum Said<'a> {
-    /// Already in the history: stored when it arrived, or a turn resumed after a restart.
+    /// Already in the history: stored when it arrived (or taken in from the queue), or a
+    /// turn resumed after a restart.
     Stored,
-    /// Queued while the session was busy (`inbound_queue` positions): moved into the history.
-    Queued(&'a [i64]),
     /// A line typed at the terminal: appended to the history.
     Line(&'a str),
 }
@@ -95,9 +94,6 @@ impl<P: Provider> Turn<'_, P> {
         let mut pending = None;
         match said {
             Said::Stored => {}
-            Said::Queued(positions) => {
-                self.store.take_queued(first, positions).await?;
-            }
             Said::Line(line) => pending = Some(Message::user(line)),
         }
         let began = Instant::now();

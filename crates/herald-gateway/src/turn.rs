@@ -8,7 +8,7 @@ use herald_agent::{Agent, Provider, ProviderError, ToolContext};
 use herald_core::{ChatRef, UserRef};
 use herald_store::{Session, now_ms};
 use tokio_util::sync::CancellationToken;
-use tracing::{error, warn};
+use tracing::{debug, error, warn};
 
 use crate::outbox::Parcel;
 use crate::pipeline::{Answer, Destination, Said, Turn, TurnFailed};
@@ -44,6 +44,9 @@ pub(crate) enum TurnEnd {
     Failed,
     /// Stopped by `/stop`, a newer message, or the end of the drain.
     Cancelled,
+    /// Nothing was left to answer: the queued messages it was to take in had been taken
+    /// already, by the turn that answers them.
+    Nothing,
 }
 
 /// Runs one turn. At most `max_concurrent_runs` of these hold a run permit at once.
@@ -62,7 +65,7 @@ pub(crate) async fn run<P: Provider>(shared: Arc<Shared<P>>, job: TurnJob) -> Tu
     // The permit bounds agent runs; delivering the reply needs none, and holding it through the
     // platform's answer and the outbox update would starve the other chats.
     drop((permit, running));
-    if !matches!(outcome, Err(Failure::Cancelled)) {
+    if !matches!(outcome, Err(Failure::Cancelled | Failure::Taken)) {
         shared.metrics.run_ended(began.elapsed(), outcome.is_err());
     }
     match outcome {
@@ -82,6 +85,7 @@ pub(crate) async fn run<P: Provider>(shared: Arc<Shared<P>>, job: TurnJob) -> Tu
             TurnEnd::Answered { moved: moved.map(Box::new) }
         }
         Err(Failure::Cancelled) => TurnEnd::Cancelled,
+        Err(Failure::Taken) => TurnEnd::Nothing,
         Err(failure) => {
             let line = format!(
                 "Sorry, {}. Your message is saved: send /retry or write again.",
@@ -99,6 +103,8 @@ enum Failure {
     Model(ProviderError),
     Store,
     Cancelled,
+    /// The queued messages were taken in already (see [`TurnEnd::Nothing`]).
+    Taken,
 }
 
 impl Failure {
@@ -115,7 +121,7 @@ impl Failure {
             }
             Failure::Model(_) => "the model refused the request",
             Failure::Store => "I could not save the conversation",
-            Failure::Cancelled => "the answer was stopped",
+            Failure::Cancelled | Failure::Taken => "the answer was stopped",
         }
     }
 }
@@ -148,10 +154,24 @@ pub(crate) fn pipeline<'a, P>(
 /// The agent run and the stored delta, through the one turn pipeline.
 async fn think<P: Provider>(shared: &Shared<P>, job: &TurnJob) -> Result<Answer, Failure> {
     let session_id = &job.session.session.id;
+    // Queued messages go into the history first. None left to take means another turn took
+    // them, and answers them: a notification or a pull can arrive after that take.
+    if !job.take.is_empty() {
+        match shared.store.take_queued(session_id, &job.take).await {
+            Ok(taken) if taken.is_empty() => {
+                debug!(session = %session_id, "the queued messages were taken already; nothing to answer");
+                return Err(Failure::Taken);
+            }
+            Ok(_) => {}
+            Err(e) => {
+                error!(session = %session_id, error = %e, "the store failed during a turn");
+                return Err(Failure::Store);
+            }
+        }
+    }
     let turn = pipeline(shared, &job.session, &job.chat, &job.user);
-    let said = if job.take.is_empty() { Said::Stored } else { Said::Queued(&job.take) };
     let to = Destination { chat: job.chat.clone(), reply_to: job.reply_to.clone() };
-    match turn.run(said, Some(to), &job.cancel).await {
+    match turn.run(Said::Stored, Some(to), &job.cancel).await {
         Ok(answer) => Ok(answer),
         Err(TurnFailed::Cancelled) => Err(Failure::Cancelled),
         Err(TurnFailed::Model(e)) => {

@@ -143,7 +143,7 @@ impl<P: Provider + 'static> Worker<P> {
                     self.running = None;
                     match end {
                         Ok(TurnEnd::Answered { moved: Some(child) }) => self.moved_to(*child),
-                        Ok(TurnEnd::Answered { moved: None }) => {}
+                        Ok(TurnEnd::Answered { moved: None } | TurnEnd::Nothing) => {}
                         // The turn may have compressed the conversation before it failed: the
                         // route says where it goes on.
                         Ok(TurnEnd::Failed | TurnEnd::Cancelled) => self.session = None,
@@ -196,10 +196,15 @@ impl<P: Provider + 'static> Worker<P> {
         self.user = queued.user.clone();
         if let Some(command) = Command::parse(&queued.content) {
             // Stored as a message by whoever received it; it is a command: it leaves the queue
-            // without entering the history, like a command received here.
-            if let Err(e) = self.shared.store.unqueue(queued.seq).await {
-                warn!(key = %self.key, error = %e, "could not take a queued command out of the queue");
-                return;
+            // without entering the history, like a command received here. Gone already, it was
+            // run by whoever took it out.
+            match self.shared.store.unqueue(queued.seq).await {
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(e) => {
+                    warn!(key = %self.key, error = %e, "could not take a queued command out of the queue");
+                    return;
+                }
             }
             let answers = Some(queued.message_id);
             self.queue.push_back(Pending::Command(command, Allowed::Listed, answers));

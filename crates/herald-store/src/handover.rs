@@ -30,14 +30,14 @@ impl Lite {
     }
 
     /// Takes one message out of the inbound queue without adding it to a history (a command
-    /// that was queued as text).
-    pub async fn unqueue(&self, seq: i64) -> Result<(), StoreError> {
+    /// that was queued as text); whether it was still there.
+    pub async fn unqueue(&self, seq: i64) -> Result<bool, StoreError> {
         write_tx!(self, |conn| async {
             sqlx::query("DELETE FROM inbound_queue WHERE seq = ?")
                 .bind(seq)
                 .execute(&mut *conn)
                 .await
-                .map(drop)
+                .map(|done| done.rows_affected() > 0)
         })
     }
 

@@ -218,8 +218,8 @@ pass_on! {
     /// Moves queued messages into the session's history, in queue order; returns the new ids.
     fn take_queued(&self, session_id: &str, seqs: &[i64]) -> Result<Vec<i64>, StoreError>;
     /// Takes one queued message out of the queue without adding it to a history (a command
-    /// queued as text by another replica).
-    fn unqueue(&self, seq: i64) -> Result<(), StoreError>;
+    /// queued as text by another replica); whether it was still there.
+    fn unqueue(&self, seq: i64) -> Result<bool, StoreError>;
     /// Keeps this replica's claims on the replies it is still sending for `claim_for` more.
     fn renew_claims(&self, ids: &[i64], claim_for: Duration) -> Result<(), StoreError>;
     /// Everything queued, in arrival order.

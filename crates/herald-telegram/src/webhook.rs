@@ -72,8 +72,6 @@ impl WebhookSettings {
 /// The most webhook connections Telegram opens at once for one bot.
 pub const MAX_CONNECTIONS: u8 = 100;
 
-impl WebhookSettings {}
-
 // Hand-written so that the secret never reaches a log through `{:?}`.
 impl std::fmt::Debug for WebhookSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

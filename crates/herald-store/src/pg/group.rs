@@ -302,9 +302,9 @@ fn refused_data(e: &StoreError) -> bool {
 /// The round to write now, and what waits for the next. Messages queued for other replicas go
 /// in rounds of their own: a transaction that notifies holds, until its commit is flushed, a
 /// lock that every other notifying commit in the database waits for, and the appends and
-/// deliveries of every replica would wait in that line too.
+/// deliveries of every replica would wait in that line too. They go first, then.
 fn split(batch: Vec<Pending>) -> (Round, Vec<Pending>) {
-    let queueing = matches!(batch.first(), Some(Pending::Queue { .. }));
+    let queueing = batch.iter().all(|pending| matches!(pending, Pending::Queue { .. }));
     let mut round = Round::default();
     let mut later = Vec::new();
     let mut sessions: HashSet<String> = HashSet::new();

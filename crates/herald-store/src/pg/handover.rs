@@ -81,13 +81,13 @@ impl Pg {
         rx
     }
 
-    pub(crate) async fn unqueue(&self, seq: i64) -> Result<(), StoreError> {
+    pub(crate) async fn unqueue(&self, seq: i64) -> Result<bool, StoreError> {
         pg_write!(self, |tx| async {
             sqlx::query("DELETE FROM inbound_queue WHERE seq = $1")
                 .bind(seq)
                 .execute(&mut *tx)
                 .await
-                .map(drop)
+                .map(|done| done.rows_affected() > 0)
         })
     }
 

@@ -170,6 +170,7 @@ const ROUND_SQL: &str = "
                                   END)
                END AS notified
         FROM qa LEFT JOIN enqueued e ON e.platform = qa.platform AND e.message_id = qa.message_id
+        ORDER BY qa.i
     ),
     rows AS (
         SELECT 0 AS part, i, found, fresh, ids FROM result
@@ -194,6 +195,8 @@ pub(crate) async fn write_once(
     batch: &Batch<'_>,
     token: &Token,
 ) -> Result<Outcomes, sqlx::Error> {
+    // Both record inbound ids, in two inserts that cannot see each other's rows.
+    debug_assert!(batch.appends.is_empty() || batch.queued.is_empty(), "a mixed round");
     let appends = &batch.appends;
     let each = |f: fn(&Append) -> Option<String>| appends.iter().map(|a| f(a)).collect::<Vec<_>>();
     let count = |f: fn(&Append) -> i64| appends.iter().map(|a| f(a)).collect::<Vec<_>>();

@@ -193,8 +193,12 @@ async fn queued_messages_taken_beside_other_writes_keep_each_session_in_order(st
     assert_eq!(store.session(&s.id).await.unwrap().unwrap().message_count, 3);
     assert_eq!(store.session(&other.id).await.unwrap().unwrap().message_count, 4);
     let queued = store.queued_inbound().await.unwrap();
-    let queued: Vec<&str> = queued.iter().map(|q| q.content.as_str()).collect();
-    assert_eq!(queued, ["¿otra vez?"]);
+    let texts: Vec<&str> = queued.iter().map(|q| q.content.as_str()).collect();
+    assert_eq!(texts, ["¿otra vez?"]);
+    // Taken out without a history (a command): once.
+    assert!(store.unqueue(queued[0].seq).await.unwrap());
+    assert!(!store.unqueue(queued[0].seq).await.unwrap());
+    assert!(store.queued_inbound().await.unwrap().is_empty());
 }
 
 async fn taking_into_a_missing_session_loses_nothing(store, scratch) {

@@ -166,10 +166,11 @@ pub(crate) fn check(config: &Config, file: &Path, source: &str) -> Result<(), Co
         if let Some(secret) = &t.webhook_secret_env {
             var("telegram.webhook_secret_env", secret)?;
         }
-        if !(1..=100).contains(&t.webhook_max_connections) {
+        let most = u32::from(herald_telegram::MAX_CONNECTIONS);
+        if !(1..=most).contains(&t.webhook_max_connections) {
             return Err(at(
                 "telegram.webhook_max_connections",
-                format!("is {}; Telegram takes 1 to 100", t.webhook_max_connections),
+                format!("is {}; Telegram takes 1 to {most}", t.webhook_max_connections),
             ));
         }
     }
