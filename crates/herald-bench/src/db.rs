@@ -77,7 +77,7 @@ pub struct StoreArgs {
     /// How long one write keeps retrying before it fails, in milliseconds.
     #[arg(long, default_value_t = 20_000)]
     pub write_patience_ms: u64,
-    /// Connections in each process's pool (default: the store's, 8 on SQLite, 16 on PostgreSQL).
+    /// Connections in each process's pool (default: the store's, 8 on SQLite, 4 on PostgreSQL).
     #[arg(long)]
     pub max_connections: Option<u32>,
 }

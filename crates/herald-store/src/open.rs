@@ -66,10 +66,12 @@ impl StoreOptions {
         }
     }
 
-    /// The defaults for the PostgreSQL database at `url` (no password in it).
+    /// The defaults for the PostgreSQL database at `url` (no password in it). The pool is
+    /// small: statements in flight beyond a few per core only queue inside the server, and
+    /// each replica brings its own pool.
     pub fn postgres(url: impl Into<String>, password: Option<String>) -> Self {
         StoreOptions {
-            max_connections: 16,
+            max_connections: 4,
             postgres: Some(PostgresOptions { url: url.into(), password }),
             ..StoreOptions::new("")
         }

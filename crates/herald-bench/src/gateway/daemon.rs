@@ -42,6 +42,9 @@ pub struct DaemonArgs {
     /// The app-level token the fake accepts (Slack's Socket Mode).
     #[arg(long)]
     pub app_token: Option<String>,
+    /// Connections in the store's pool (default: the store's).
+    #[arg(long)]
+    pub max_connections: Option<u32>,
 }
 
 /// A model that answers every call at once with a short text, reporting token counts as a
@@ -68,7 +71,10 @@ pub async fn run(args: DaemonArgs) -> anyhow::Result<()> {
         args.api_url.len() == args.platform.len() && args.token.len() == args.platform.len(),
         "one --api-url and one --token for each --platform"
     );
-    let options = crate::db::default_options(&args.store);
+    let mut options = crate::db::default_options(&args.store);
+    if let Some(max) = args.max_connections {
+        options.max_connections = max;
+    }
     let store = Store::open(options).await.context("opening the store")?;
     let everyone = Access { allowed_users: vec!["*".into()], ..Access::default() };
     let mut settings = GatewaySettings::new("You are Herald.", "instant");

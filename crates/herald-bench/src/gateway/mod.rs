@@ -181,6 +181,9 @@ async fn measure(
     for port in &ports {
         let mut daemon = Command::new(&exe);
         daemon.arg("gateway-daemon").args(["--store", &place.url()]);
+        if let Some(max) = args.store.max_connections {
+            daemon.args(["--max-connections", &max.to_string()]);
+        }
         if let Some(balancer) = &balancer {
             daemon
                 .args(["--webhook-url", &format!("{}/telegram", balancer.url())])

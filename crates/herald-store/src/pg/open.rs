@@ -77,6 +77,15 @@ impl Pg {
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections.max(2))
             .min_connections(1)
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for >= PING_IDLE {
+                        sqlx::Connection::ping(conn).await?;
+                    }
+                    Ok(true)
+                })
+            })
             .acquire_timeout(options.write_patience.max(Duration::from_secs(1)))
             .connect_with(connect)
             .await
@@ -95,6 +104,11 @@ impl Pg {
         })
     }
 }
+
+/// A pooled connection idle this long is asked whether it is alive before it is handed out;
+/// one in use more lately is not: a busy gateway would pay a round trip per statement. A write
+/// that finds it broken after all is retried; a read fails once, as after any ping.
+const PING_IDLE: Duration = Duration::from_secs(1);
 
 /// Connects, trying again while the server is starting or out of reach, within `patience`:
 /// replicas and their database often start together.

@@ -70,7 +70,7 @@ pub struct StoreConfig {
     pub url: Option<String>,
     /// The variable holding the PostgreSQL password (never the file).
     pub password_env: String,
-    /// Most connections in the store's pool (default 8 on SQLite, 16 on PostgreSQL).
+    /// Most connections in the store's pool (default 8 on SQLite, 4 on PostgreSQL).
     pub max_connections: Option<u32>,
     /// SQLite's own busy wait per attempt, in milliseconds.
     pub busy_timeout_ms: u64,

@@ -368,7 +368,7 @@ fn the_store_is_a_file_or_a_postgres_url_without_its_password() {
     assert_eq!(config.store.url.as_deref(), Some(url));
     let options = config.store_options();
     assert_eq!(options.postgres.as_ref().unwrap().url, url);
-    assert_eq!(options.max_connections, 16);
+    assert_eq!(options.max_connections, 4);
     let config =
         parse(&format!("[store]\nurl = \"{url}\"\nmax_connections = 40\n"), file, &data).unwrap();
     assert_eq!(config.store_options().max_connections, 40);
