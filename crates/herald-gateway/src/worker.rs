@@ -65,6 +65,9 @@ pub(crate) struct Worker<P> {
     lock: SessionLock,
     /// Queue positions already taken into `queue`, so a pull takes each message once.
     known: HashSet<i64>,
+    /// The key had no route when the worker started (nothing has routed it since but this
+    /// worker, which holds its lock).
+    unrouted: bool,
 }
 
 impl<P: Provider + 'static> Worker<P> {
@@ -89,6 +92,7 @@ impl<P: Provider + 'static> Worker<P> {
             received,
             lock,
             known: HashSet::new(),
+            unrouted: false,
         }
     }
 
@@ -104,7 +108,8 @@ impl<P: Provider + 'static> Worker<P> {
         // router hands over from now on. A replica that died in the middle of a turn left its
         // message unanswered: whoever holds the session next answers it first.
         self.pull().await;
-        if self.shared.store.is_shared() && self.queue.is_empty() && self.left_unanswered().await {
+        let unanswered = self.open().await;
+        if self.shared.store.is_shared() && self.queue.is_empty() && unanswered {
             self.queue.push_back(Pending::Resume);
         }
         // Behind what waits in the store: a command waits for the turn started first. A pull's

@@ -6,11 +6,64 @@ use sqlx::SqliteConnection;
 
 use crate::error::StoreError;
 use crate::open::Lite;
-use crate::sessions::{NewSession, Session, end_session, insert_session, read_session};
+use crate::sessions::{
+    NewSession, SESSION_COLUMNS, Session, end_session, insert_session, read_session,
+};
 use crate::time::now_ms;
 use crate::write::write_tx;
 
+/// What a session's worker needs as it starts: the session its key is routed to, that
+/// session's system prompt, and whether its last message waits for an answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Opening {
+    pub session: Session,
+    /// Empty when the prompt is missing (a store edited by hand).
+    pub system_prompt: String,
+    /// The session is open and ends with a person's message nobody answered.
+    pub unanswered: bool,
+}
+
+#[derive(sqlx::FromRow)]
+pub(crate) struct OpeningRow {
+    #[sqlx(flatten)]
+    session: Session,
+    prompt: Option<String>,
+    unanswered: bool,
+}
+
+impl From<OpeningRow> for Opening {
+    fn from(row: OpeningRow) -> Opening {
+        Opening {
+            session: row.session,
+            system_prompt: row.prompt.unwrap_or_default(),
+            unanswered: row.unanswered,
+        }
+    }
+}
+
 impl Lite {
+    /// The routed session of `key` with its prompt and whether it was left unanswered, in one
+    /// read.
+    pub async fn opening(&self, key: &str) -> Result<Option<Opening>, StoreError> {
+        let row: Option<OpeningRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {SESSION_COLUMNS},
+                    (SELECT prompt FROM system_prompts WHERE hash = sessions.system_prompt_hash)
+                        AS prompt,
+                    ended_at IS NULL
+                        AND coalesce((SELECT role FROM messages WHERE session_no = sessions.no
+                                      ORDER BY id DESC LIMIT 1) = 'user', 0) AS unanswered
+             FROM sessions WHERE id = (SELECT session_id FROM routes WHERE session_key = ?)"
+        )))
+        .bind(key)
+        .fetch_optional(&self.inner.pool)
+        .await?;
+        Ok(row.map(|row| {
+            let opening = Opening::from(row);
+            self.inner.numbers.note(&opening.session);
+            opening
+        }))
+    }
+
     /// The session a key is routed to, if any.
     pub async fn routed_session(&self, key: &str) -> Result<Option<Session>, StoreError> {
         let id: Option<String> =
@@ -34,6 +87,16 @@ impl Lite {
         if let Some(session) = self.routed_session(key).await? {
             return Ok((session, false));
         }
+        self.create_routed(key, new).await
+    }
+
+    /// [`Lite::route_or_create`] for a caller that has just found no route: the key is looked
+    /// up only under the write lock.
+    pub async fn create_routed(
+        &self,
+        key: &str,
+        new: &NewSession,
+    ) -> Result<(Session, bool), StoreError> {
         let (key, new) = (Arc::<str>::from(key), Arc::new(new.clone()));
         self.grouped(move |conn| {
             let (key, new) = (Arc::clone(&key), Arc::clone(&new));

@@ -17,6 +17,7 @@ use crate::outbox::Undelivered;
 use crate::pairing::{ApproveError, ApprovedUser, NewPairing, PairingIssue, PairingRequest};
 use crate::pg::Pg;
 use crate::replica::SessionLock;
+use crate::routes::Opening;
 use crate::search::{SearchHit, SearchQuery};
 use crate::sessions::{NewSession, Session, SessionFilter};
 use crate::stats::{Health, Stats};
@@ -313,8 +314,12 @@ pass_on! {
 
     /// The session a chat currently talks to.
     fn routed_session(&self, key: &str) -> Result<Option<Session>, StoreError>;
+    /// The routed session with its system prompt and whether it was left unanswered.
+    fn opening(&self, key: &str) -> Result<Option<Opening>, StoreError>;
     /// The routed session, or a new one routed in the same transaction; true when created.
     fn route_or_create(&self, key: &str, new: &NewSession) -> Result<(Session, bool), StoreError>;
+    /// As `route_or_create`, for a caller that just found no route.
+    fn create_routed(&self, key: &str, new: &NewSession) -> Result<(Session, bool), StoreError>;
     /// Ends the routed session and routes the key to a new one, in one transaction.
     fn reroute(&self, key: &str, new: &NewSession, end_reason: &str) -> Result<Session, StoreError>;
 

@@ -17,7 +17,11 @@ impl<P: Provider + 'static> Worker<P> {
             return Ok(info.clone());
         }
         let new = self.new_session();
-        let (session, created) = self.shared.store.route_or_create(self.key.as_str(), &new).await?;
+        let store = &self.shared.store;
+        let (session, created) = match std::mem::take(&mut self.unrouted) {
+            true => store.create_routed(self.key.as_str(), &new).await?,
+            false => store.route_or_create(self.key.as_str(), &new).await?,
+        };
         if !created {
             return self.remember(session).await;
         }
@@ -27,6 +31,26 @@ impl<P: Provider + 'static> Worker<P> {
         let info = SessionInfo { session, system_prompt: Arc::from(new.system_prompt) };
         self.session = Some(info.clone());
         Ok(info)
+    }
+
+    /// Reads the key's session as the worker starts, in one read with what it needs later;
+    /// whether that session ends with a message nobody answered.
+    pub(super) async fn open(&mut self) -> bool {
+        match self.shared.store.opening(self.key.as_str()).await {
+            Ok(Some(opening)) => {
+                let system_prompt = Arc::from(opening.system_prompt);
+                self.session = Some(SessionInfo { session: opening.session, system_prompt });
+                opening.unanswered
+            }
+            Ok(None) => {
+                self.unrouted = true;
+                false
+            }
+            Err(e) => {
+                warn!(key = %self.key, error = %e, "could not read the session to see whether it was left unanswered");
+                false
+            }
+        }
     }
 
     /// Whether the key's session ends with a message nobody answered.

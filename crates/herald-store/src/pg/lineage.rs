@@ -17,6 +17,7 @@ use super::tokens::Token;
 use crate::error::StoreError;
 use crate::lineage::{COMPRESSED, MAX_DEPTH, nearest_kept, split_number};
 use crate::messages::{Append, Appended, NewMessage, TokenUsage};
+use crate::routes::{Opening, OpeningRow};
 use crate::sessions::{NewSession, SESSION_COLUMNS, Session};
 use crate::time::now_ms;
 
@@ -29,6 +30,22 @@ fn routed_sql() -> String {
 }
 
 impl Pg {
+    pub(crate) async fn opening(&self, key: &str) -> Result<Option<Opening>, StoreError> {
+        let row: Option<OpeningRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {SESSION_COLUMNS},
+                    (SELECT prompt FROM system_prompts WHERE hash = sessions.system_prompt_hash)
+                        AS prompt,
+                    ended_at IS NULL
+                        AND coalesce((SELECT role FROM messages WHERE session_id = sessions.id
+                                      ORDER BY id DESC LIMIT 1) = 'user', false) AS unanswered
+             FROM sessions WHERE id = (SELECT session_id FROM routes WHERE session_key = $1)"
+        )))
+        .bind(key)
+        .fetch_optional(&self.inner.pool)
+        .await?;
+        Ok(row.map(Opening::from))
+    }
+
     pub(crate) async fn routed_session(&self, key: &str) -> Result<Option<Session>, StoreError> {
         Ok(sqlx::query_as(sqlx::AssertSqlSafe(routed_sql()))
             .bind(key)
@@ -46,6 +63,15 @@ impl Pg {
         if let Some(session) = self.routed_session(key).await? {
             return Ok((session, false));
         }
+        self.create_routed(key, new).await
+    }
+
+    /// As on SQLite: the insert itself finds a route made meanwhile.
+    pub(crate) async fn create_routed(
+        &self,
+        key: &str,
+        new: &NewSession,
+    ) -> Result<(Session, bool), StoreError> {
         let (key, new) = (Arc::<str>::from(key), Arc::new(new.clone()));
         self.write_one(move |pool| {
             let (key, new) = (Arc::clone(&key), Arc::clone(&new));

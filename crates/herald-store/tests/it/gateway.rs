@@ -249,6 +249,17 @@ async fn only_open_routed_sessions_waiting_for_an_answer_are_unanswered(store, s
     for (chat, expected) in keys {
         let key = format!("telegram:dm:{chat}");
         assert_eq!(store.left_unanswered(&key).await.unwrap(), expected, "{key}");
+        // And as part of the one read a worker starts with, beside its session and prompt.
+        let opening = store.opening(&key).await.unwrap();
+        match store.routed_session(&key).await.unwrap() {
+            Some(session) => {
+                let opening = opening.expect("a routed key opens its session");
+                let prompt = store.system_prompt(&session.id).await.unwrap().unwrap();
+                assert_eq!((opening.session, opening.system_prompt), (session, prompt), "{key}");
+                assert_eq!(opening.unanswered, expected, "{key}");
+            }
+            None => assert_eq!(opening, None, "{key}"),
+        }
     }
 
     store.append_messages(&waiting.id, vec![NewMessage::assistant("yes")]).await.unwrap();
