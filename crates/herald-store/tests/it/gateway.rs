@@ -168,13 +168,18 @@ async fn queued_messages_taken_beside_other_writes_keep_each_session_in_order(st
     let other = routed(&store, "telegram:dm:43").await;
     let a = queue(&store, &s, "41", "первый 🙂").await.unwrap();
     let b = queue(&store, &s, "42", "第二条").await.unwrap();
-    // At once, so that a store grouping its writes has them in one batch: the take, an
-    // answer behind it in the same session, another session's turn, and one message queued
-    // twice (two connections delivered it).
+    // At once, so that a store grouping its writes has them together: the take and the answer
+    // behind it (one after the other, as a worker writes them), another session's turn, and
+    // one message queued twice (two connections delivered it). Two writes of one session
+    // issued at once have no order to keep: on PostgreSQL two rounds may commit them either
+    // way.
     let seqs = [a, b];
-    let (taken, answer, theirs, once, twice) = tokio::join!(
-        store.take_queued(&s.id, &seqs),
-        store.append_messages(&s.id, vec![NewMessage::assistant("ответ")]),
+    let ours = async {
+        let taken = store.take_queued(&s.id, &seqs).await;
+        (taken, store.append_messages(&s.id, vec![NewMessage::assistant("ответ")]).await)
+    };
+    let ((taken, answer), theirs, once, twice) = tokio::join!(
+        ours,
         store.append_messages(&other.id, turn(1)),
         queue(&store, &other, "50", "¿otra vez?"),
         queue(&store, &other, "50", "¿otra vez?"),
