@@ -57,11 +57,7 @@ impl Lite {
         .bind(key)
         .fetch_optional(&self.inner.pool)
         .await?;
-        Ok(row.map(|row| {
-            let opening = Opening::from(row);
-            self.inner.numbers.note(&opening.session);
-            opening
-        }))
+        Ok(row.map(Opening::from).map(|o| Opening { session: self.noted(o.session), ..o }))
     }
 
     /// The session a key is routed to, if any.

@@ -107,7 +107,8 @@ impl Pg {
 
 /// A pooled connection idle this long is asked whether it is alive before it is handed out;
 /// one in use more lately is not: a busy gateway would pay a round trip per statement. A write
-/// that finds it broken after all is retried; a read fails once, as after any ping.
+/// that finds it broken after all is retried; a read fails once, as it would had the
+/// connection broken just after a ping.
 const PING_IDLE: Duration = Duration::from_secs(1);
 
 /// Connects, trying again while the server is starting or out of reach, within `patience`:
