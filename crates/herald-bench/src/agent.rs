@@ -160,6 +160,7 @@ pub async fn run(args: AgentArgs) -> anyhow::Result<Outcome> {
                 session_id: session.id.clone(),
             },
             compressor: None,
+            runs: None,
         };
         let began = Instant::now();
         let answer = turn.run(Said::Line(&line), None, &Default::default()).await?;

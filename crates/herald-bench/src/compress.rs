@@ -150,6 +150,7 @@ fn pipeline<'a>(
             session_id: session.0.id.clone(),
         },
         compressor: Some(compressor),
+        runs: None,
     }
 }
 

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use herald_agent::{Agent, Message, Provider, ProviderError, ToolContext, TurnError, TurnOutput};
 use herald_core::{ChatRef, Role};
 use herald_store::{Delivery, Session, Store, StoreError, TokenUsage};
+use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
 use crate::compress::{self, CompressFailed, Compressed, Compressor};
@@ -23,6 +24,9 @@ pub enum Said<'a> {
     Stored,
     /// A line typed at the terminal: appended to the history.
     Line(&'a str),
+    /// A new session's first message, stored already: the history is that message alone, and
+    /// is not read back.
+    First(&'a str),
 }
 
 /// Where a reply goes when a platform delivers it.
@@ -45,6 +49,10 @@ pub struct Turn<'a, P> {
     pub context: ToolContext,
     /// Compresses the conversation when it nears the context window; `None`: never.
     pub compressor: Option<&'a Compressor>,
+    /// Bounds the turns of all sessions that call the model at once; `None`: no bound. A turn
+    /// holds a permit while the model works, not while its history is read or stored, so a
+    /// slow store does not hold the model's capacity back.
+    pub runs: Option<&'a Semaphore>,
 }
 
 /// A turn that produced an answer, stored.
@@ -92,16 +100,23 @@ impl<P: Provider> Turn<'_, P> {
         let first = self.context.session_id.as_str();
         // A typed line is stored with the answer, in one write, or alone when no answer comes.
         let mut pending = None;
-        match said {
-            Said::Stored => {}
-            Said::Line(line) => pending = Some(Message::user(line)),
-        }
         let began = Instant::now();
-        let mut history = self.history(first).await?;
+        let mut history = match said {
+            Said::First(text) => vec![Message::user(text)],
+            Said::Stored => self.history(first).await?,
+            Said::Line(line) => {
+                pending = Some(Message::user(line));
+                self.history(first).await?
+            }
+        };
         let read = began.elapsed();
         history.extend(pending.clone());
         let mut child: Option<Session> = None;
-        let output = match self.think(&mut history, &mut child, pending.as_ref(), cancel).await {
+        let thought = match self.permit(cancel).await {
+            Ok(_permit) => self.think(&mut history, &mut child, pending.as_ref(), cancel).await,
+            Err(cancelled) => Err(cancelled),
+        };
+        let output = match thought {
             Ok(output) => output,
             Err(failed) => {
                 if let Some(line) = &pending {
@@ -139,6 +154,18 @@ impl<P: Provider> Turn<'_, P> {
             compressor.note_counted(session, output.context_tokens);
         }
         Ok(Answer { reply, outbox, read, stored: storing.elapsed(), session: child })
+    }
+
+    /// A permit to call the model, when the turns calling it at once are bounded.
+    async fn permit(
+        &self,
+        cancel: &CancellationToken,
+    ) -> Result<Option<SemaphorePermit<'_>>, TurnFailed> {
+        let Some(runs) = self.runs else { return Ok(None) };
+        tokio::select! {
+            permit = runs.acquire() => Ok(permit.ok()),
+            () = cancel.cancelled() => Err(TurnFailed::Cancelled),
+        }
     }
 
     /// Compression when due, then the agent's answer (compressing, or cutting, and trying once

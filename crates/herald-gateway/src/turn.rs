@@ -31,6 +31,8 @@ pub(crate) struct TurnJob {
     pub(crate) take: Vec<i64>,
     /// The platform message to reply to (in groups).
     pub(crate) reply_to: Option<String>,
+    /// A new session's first message, just stored: the history, not read back.
+    pub(crate) first: Option<String>,
     pub(crate) cancel: CancellationToken,
 }
 
@@ -49,22 +51,16 @@ pub(crate) enum TurnEnd {
     Nothing,
 }
 
-/// Runs one turn. At most `max_concurrent_runs` of these hold a run permit at once.
+/// Runs one turn. At most `max_concurrent_runs` turns call the model at once (see the
+/// pipeline's `runs`).
 pub(crate) async fn run<P: Provider>(shared: Arc<Shared<P>>, job: TurnJob) -> TurnEnd {
-    let permit = tokio::select! {
-        permit = shared.runs.clone().acquire_owned() => permit,
-        () = job.cancel.cancelled() => return TurnEnd::Cancelled,
-    };
-    let Ok(permit) = permit else { return TurnEnd::Cancelled };
     let running = shared.metrics.turn_running();
     let typing = typing(&shared, &job.chat);
     let _stop_typing = typing.clone().drop_guard();
     let began = Instant::now();
     let outcome = think(&shared, &job).await;
     typing.cancel();
-    // The permit bounds agent runs; delivering the reply needs none, and holding it through the
-    // platform's answer and the outbox update would starve the other chats.
-    drop((permit, running));
+    drop(running);
     if !matches!(outcome, Err(Failure::Cancelled | Failure::Taken)) {
         shared.metrics.run_ended(began.elapsed(), outcome.is_err());
     }
@@ -148,6 +144,7 @@ pub(crate) fn pipeline<'a, P>(
             session_id: session.session.id.clone(),
         },
         compressor: Some(&shared.compressor),
+        runs: Some(&*shared.runs),
     }
 }
 
@@ -171,7 +168,8 @@ async fn think<P: Provider>(shared: &Shared<P>, job: &TurnJob) -> Result<Answer,
     }
     let turn = pipeline(shared, &job.session, &job.chat, &job.user);
     let to = Destination { chat: job.chat.clone(), reply_to: job.reply_to.clone() };
-    match turn.run(Said::Stored, Some(to), &job.cancel).await {
+    let said = job.first.as_deref().map_or(Said::Stored, Said::First);
+    match turn.run(said, Some(to), &job.cancel).await {
         Ok(answer) => Ok(answer),
         Err(TurnFailed::Cancelled) => Err(Failure::Cancelled),
         Err(TurnFailed::Model(e)) => {

@@ -107,8 +107,10 @@ impl<P: Provider + 'static> Worker<P> {
         // What waits in the store for this key goes first: it arrived before anything the
         // router hands over from now on. A replica that died in the middle of a turn left its
         // message unanswered: whoever holds the session next answers it first.
-        self.pull().await;
-        let unanswered = self.open().await;
+        let (unanswered, queued) = self.open().await;
+        if queued {
+            self.pull().await;
+        }
         if self.shared.store.is_shared() && self.queue.is_empty() && unanswered {
             self.queue.push_back(Pending::Resume);
         }
@@ -263,7 +265,7 @@ impl<P: Provider + 'static> Worker<P> {
             Placement::Quote(message) => Some(message),
             Placement::Plain | Placement::Thread(_) => None,
         };
-        let session = match self.session().await {
+        let (session, created) = match self.session_created().await {
             Ok(session) => session,
             Err(e) => {
                 warn!(key = %self.key, error = %e, "could not open the session; the message will be delivered again");
@@ -292,11 +294,13 @@ impl<P: Provider + 'static> Worker<P> {
             }
             return None;
         }
+        // Just created, the session holds nothing else: its history needs no reading back.
+        let first = created.then(|| text.clone());
         let message = NewMessage::user(text);
         match store.append_inbound(&session.session.id, chat.platform, &id, message).await {
             Ok(Appended::Stored(_)) => {
                 ack.settle();
-                Some(self.spawn_turn(Vec::new(), reply_to))
+                Some(self.spawn_turn(Vec::new(), reply_to, first))
             }
             Ok(Appended::Duplicate) => {
                 ack.settle();
@@ -353,14 +357,14 @@ impl<P: Provider + 'static> Worker<P> {
                         }
                     }
                     if self.session_or_log().await {
-                        return Some(self.spawn_turn(take, reply_to));
+                        return Some(self.spawn_turn(take, reply_to, None));
                     }
                 }
                 Pending::Resume => {
                     // Asked for twice (the sweep, and this worker's own look at the session
                     // when it started), or answered meanwhile: answered once.
                     if self.left_unanswered().await && self.session_or_log().await {
-                        return Some(self.spawn_turn(Vec::new(), None));
+                        return Some(self.spawn_turn(Vec::new(), None, None));
                     }
                 }
                 Pending::Command(command, allowed, answers) => {
@@ -386,7 +390,12 @@ impl<P: Provider + 'static> Worker<P> {
         }
     }
 
-    fn spawn_turn(&mut self, take: Vec<i64>, reply_to: Option<String>) -> JoinHandle<TurnEnd> {
+    fn spawn_turn(
+        &mut self,
+        take: Vec<i64>,
+        reply_to: Option<String>,
+        first: Option<String>,
+    ) -> JoinHandle<TurnEnd> {
         let cancel = self.shared.stop_turns.child_token();
         self.running = Some(cancel.clone());
         let job = TurnJob {
@@ -395,6 +404,7 @@ impl<P: Provider + 'static> Worker<P> {
             user: self.user.clone(),
             take,
             reply_to,
+            first,
             cancel,
         };
         tokio::spawn(turn::run(self.shared.clone(), job))

@@ -48,7 +48,7 @@ pub use outbox::Undelivered;
 pub use pairing::{ApproveError, ApprovedUser, NewPairing, PairingIssue, PairingRequest};
 pub use raw::write_turns_raw;
 pub use replica::SessionLock;
-pub use routes::Opening;
+pub use routes::{Opening, Routed};
 pub use search::{SearchHit, SearchQuery, sanitize_query};
 pub use sessions::{NewSession, Session, SessionFilter};
 pub use stats::{Health, SourceStats, Stats};

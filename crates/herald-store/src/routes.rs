@@ -12,10 +12,19 @@ use crate::sessions::{
 use crate::time::now_ms;
 use crate::write::write_tx;
 
-/// What a session's worker needs as it starts: the session its key is routed to, that
-/// session's system prompt, and whether its last message waits for an answer.
+/// What a session's worker needs as it starts, read at once: its key's routed session, and
+/// whether messages wait in the key's queue.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Opening {
+    /// `None` while the key has no route.
+    pub routed: Option<Routed>,
+    pub queued: bool,
+}
+
+/// The session a key is routed to, its system prompt, and whether its last message waits for
+/// an answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Routed {
     pub session: Session,
     /// Empty when the prompt is missing (a store edited by hand).
     pub system_prompt: String,
@@ -31,9 +40,9 @@ pub(crate) struct OpeningRow {
     unanswered: bool,
 }
 
-impl From<OpeningRow> for Opening {
-    fn from(row: OpeningRow) -> Opening {
-        Opening {
+impl From<OpeningRow> for Routed {
+    fn from(row: OpeningRow) -> Routed {
+        Routed {
             session: row.session,
             system_prompt: row.prompt.unwrap_or_default(),
             unanswered: row.unanswered,
@@ -41,23 +50,53 @@ impl From<OpeningRow> for Opening {
     }
 }
 
-impl Lite {
-    /// The routed session of `key` with its prompt and whether it was left unanswered, in one
-    /// read.
-    pub async fn opening(&self, key: &str) -> Result<Option<Opening>, StoreError> {
-        let row: Option<OpeningRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT {SESSION_COLUMNS},
+/// [`Opening`] from a row with a `queued` column and, when the key is routed, the columns of
+/// an [`OpeningRow`] (all NULL when not).
+pub(crate) fn opening_of<'r, R>(row: &'r R) -> Result<Opening, sqlx::Error>
+where
+    R: sqlx::Row,
+    OpeningRow: sqlx::FromRow<'r, R>,
+    bool: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    &'static str: sqlx::ColumnIndex<R>,
+{
+    let queued: bool = row.try_get("queued")?;
+    let id: Option<String> = row.try_get("id")?;
+    let routed = match id {
+        Some(_) => Some(Routed::from(<OpeningRow as sqlx::FromRow<R>>::from_row(row)?)),
+        None => None,
+    };
+    Ok(Opening { routed, queued })
+}
+
+/// The statement of `opening` on either backend: `key` is the key's placeholder, `session`
+/// the messages' column naming their session, `sessions_key` the sessions' column it refers
+/// to, and `no` the backend's false.
+pub(crate) fn opening_sql(key: &str, session: &str, sessions_key: &str, no: &str) -> String {
+    format!(
+        "SELECT q.queued, s.* FROM
+             (SELECT EXISTS (SELECT 1 FROM inbound_queue WHERE session_key = {key}) AS queued) q
+         LEFT JOIN (
+             SELECT {SESSION_COLUMNS},
                     (SELECT prompt FROM system_prompts WHERE hash = sessions.system_prompt_hash)
                         AS prompt,
                     ended_at IS NULL
-                        AND coalesce((SELECT role FROM messages WHERE session_no = sessions.no
-                                      ORDER BY id DESC LIMIT 1) = 'user', 0) AS unanswered
-             FROM sessions WHERE id = (SELECT session_id FROM routes WHERE session_key = ?)"
-        )))
-        .bind(key)
-        .fetch_optional(&self.inner.pool)
-        .await?;
-        Ok(row.map(Opening::from).map(|o| Opening { session: self.noted(o.session), ..o }))
+                        AND coalesce((SELECT role FROM messages WHERE {session} = sessions.{sessions_key}
+                                      ORDER BY id DESC LIMIT 1) = 'user', {no}) AS unanswered
+             FROM sessions WHERE id = (SELECT session_id FROM routes WHERE session_key = {key})
+         ) s ON true"
+    )
+}
+
+impl Lite {
+    /// The routed session of `key` with its prompt and whether it was left unanswered, and
+    /// whether messages wait in the key's queue, in one read.
+    pub async fn opening(&self, key: &str) -> Result<Opening, StoreError> {
+        let sql = opening_sql("?1", "session_no", "no", "0");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(key).fetch_one(&self.inner.pool);
+        let mut opening = opening_of(&row.await?)?;
+        opening.routed = opening.routed.map(|r| Routed { session: self.noted(r.session), ..r });
+        Ok(opening)
     }
 
     /// The session a key is routed to, if any.

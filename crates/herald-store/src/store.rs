@@ -314,8 +314,9 @@ pass_on! {
 
     /// The session a chat currently talks to.
     fn routed_session(&self, key: &str) -> Result<Option<Session>, StoreError>;
-    /// The routed session with its system prompt and whether it was left unanswered.
-    fn opening(&self, key: &str) -> Result<Option<Opening>, StoreError>;
+    /// The routed session with its system prompt and whether it was left unanswered, and
+    /// whether messages wait in the key's queue.
+    fn opening(&self, key: &str) -> Result<Opening, StoreError>;
     /// The routed session, or a new one routed in the same transaction; true when created.
     fn route_or_create(&self, key: &str, new: &NewSession) -> Result<(Session, bool), StoreError>;
     /// As `route_or_create`, for a caller that just found no route.

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use herald_agent::{PromptContext, Provider, assemble_system_prompt};
 use herald_core::ChatKind;
-use herald_store::{NewSession, Session, StoreError};
+use herald_store::{NewSession, Opening, Session, StoreError};
 use tracing::{info, warn};
 
 use super::Worker;
@@ -13,8 +13,13 @@ use crate::turn::SessionInfo;
 impl<P: Provider + 'static> Worker<P> {
     /// The key's current session, created (and routed) when there is none.
     pub(super) async fn session(&mut self) -> Result<SessionInfo, StoreError> {
+        Ok(self.session_created().await?.0)
+    }
+
+    /// [`Worker::session`], and whether this call created it.
+    pub(super) async fn session_created(&mut self) -> Result<(SessionInfo, bool), StoreError> {
         if let Some(info) = &self.session {
-            return Ok(info.clone());
+            return Ok((info.clone(), false));
         }
         let new = self.new_session();
         let store = &self.shared.store;
@@ -23,32 +28,33 @@ impl<P: Provider + 'static> Worker<P> {
             false => store.route_or_create(self.key.as_str(), &new).await?,
         };
         if !created {
-            return self.remember(session).await;
+            return Ok((self.remember(session).await?, false));
         }
         info!(key = %self.key, session = %session.id, "session started");
         self.shared.compressor.note_new(&session.id);
         // Its prompt is the one just stored (prompts are stored by their text's hash).
         let info = SessionInfo { session, system_prompt: Arc::from(new.system_prompt) };
         self.session = Some(info.clone());
-        Ok(info)
+        Ok((info, true))
     }
 
-    /// Reads the key's session as the worker starts, in one read with what it needs later;
-    /// whether that session ends with a message nobody answered.
-    pub(super) async fn open(&mut self) -> bool {
+    /// Reads the key's session as the worker starts, in one read with what it needs later:
+    /// whether that session ends with a message nobody answered, and whether messages wait in
+    /// the key's queue (taken for true when the read failed).
+    pub(super) async fn open(&mut self) -> (bool, bool) {
         match self.shared.store.opening(self.key.as_str()).await {
-            Ok(Some(opening)) => {
-                let system_prompt = Arc::from(opening.system_prompt);
-                self.session = Some(SessionInfo { session: opening.session, system_prompt });
-                opening.unanswered
+            Ok(Opening { routed: Some(routed), queued }) => {
+                let system_prompt = Arc::from(routed.system_prompt);
+                self.session = Some(SessionInfo { session: routed.session, system_prompt });
+                (routed.unanswered, queued)
             }
-            Ok(None) => {
+            Ok(Opening { routed: None, queued }) => {
                 self.unrouted = true;
-                false
+                (false, queued)
             }
             Err(e) => {
                 warn!(key = %self.key, error = %e, "could not read the session to see whether it was left unanswered");
-                false
+                (false, true)
             }
         }
     }

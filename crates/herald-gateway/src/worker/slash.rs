@@ -147,7 +147,7 @@ impl<P: Provider + 'static> Worker<P> {
         let id = self.session().await?.session.id;
         self.shared.compressor.forget(&id);
         match self.shared.store.reset_last_answer(&id).await? {
-            Some(_) => Ok(Some(self.spawn_turn(Vec::new(), None))),
+            Some(_) => Ok(Some(self.spawn_turn(Vec::new(), None, None))),
             None => Ok(None),
         }
     }

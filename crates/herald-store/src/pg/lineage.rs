@@ -17,7 +17,7 @@ use super::tokens::Token;
 use crate::error::StoreError;
 use crate::lineage::{COMPRESSED, MAX_DEPTH, nearest_kept, split_number};
 use crate::messages::{Append, Appended, NewMessage, TokenUsage};
-use crate::routes::{Opening, OpeningRow};
+use crate::routes::{Opening, opening_of, opening_sql};
 use crate::sessions::{NewSession, SESSION_COLUMNS, Session};
 use crate::time::now_ms;
 
@@ -30,20 +30,10 @@ fn routed_sql() -> String {
 }
 
 impl Pg {
-    pub(crate) async fn opening(&self, key: &str) -> Result<Option<Opening>, StoreError> {
-        let row: Option<OpeningRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT {SESSION_COLUMNS},
-                    (SELECT prompt FROM system_prompts WHERE hash = sessions.system_prompt_hash)
-                        AS prompt,
-                    ended_at IS NULL
-                        AND coalesce((SELECT role FROM messages WHERE session_id = sessions.id
-                                      ORDER BY id DESC LIMIT 1) = 'user', false) AS unanswered
-             FROM sessions WHERE id = (SELECT session_id FROM routes WHERE session_key = $1)"
-        )))
-        .bind(key)
-        .fetch_optional(&self.inner.pool)
-        .await?;
-        Ok(row.map(Opening::from))
+    pub(crate) async fn opening(&self, key: &str) -> Result<Opening, StoreError> {
+        let sql = opening_sql("$1", "session_id", "id", "false");
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(key).fetch_one(&self.inner.pool);
+        Ok(opening_of(&row.await?)?)
     }
 
     pub(crate) async fn routed_session(&self, key: &str) -> Result<Option<Session>, StoreError> {

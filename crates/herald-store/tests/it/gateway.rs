@@ -256,16 +256,26 @@ async fn only_open_routed_sessions_waiting_for_an_answer_are_unanswered(store, s
         assert_eq!(store.left_unanswered(&key).await.unwrap(), expected, "{key}");
         // And as part of the one read a worker starts with, beside its session and prompt.
         let opening = store.opening(&key).await.unwrap();
+        assert!(!opening.queued, "{key}");
         match store.routed_session(&key).await.unwrap() {
             Some(session) => {
-                let opening = opening.expect("a routed key opens its session");
+                let routed = opening.routed.expect("a routed key opens its session");
                 let prompt = store.system_prompt(&session.id).await.unwrap().unwrap();
-                assert_eq!((opening.session, opening.system_prompt), (session, prompt), "{key}");
-                assert_eq!(opening.unanswered, expected, "{key}");
+                assert_eq!((routed.session, routed.system_prompt), (session, prompt), "{key}");
+                assert_eq!(routed.unanswered, expected, "{key}");
             }
-            None => assert_eq!(opening, None, "{key}"),
+            None => assert_eq!(opening.routed, None, "{key}"),
         }
     }
+    // A message queued for a key shows in its opening, routed or not; only its own key's.
+    let (chat, user) = (ChatRef::direct(Platform::Telegram, "5"), UserRef::new("5"));
+    for key in ["telegram:dm:2", "telegram:dm:5"] {
+        store.queue_inbound(key, &format!("q{key}"), &chat, &user, "你好").await.unwrap();
+        let opening = store.opening(key).await.unwrap();
+        assert!(opening.queued, "{key}");
+        assert_eq!(opening.routed.is_some(), key.ends_with('2'), "{key}");
+    }
+    assert!(!store.opening("telegram:dm:3").await.unwrap().queued);
 
     store.append_messages(&waiting.id, vec![NewMessage::assistant("yes")]).await.unwrap();
     let listed = store.unanswered_sessions().await.unwrap();

@@ -54,6 +54,7 @@ fn pipeline<'a>(
             session_id: chat.session.id.clone(),
         },
         compressor: Some(compressor),
+        runs: None,
     }
 }
 
