@@ -68,6 +68,9 @@ pub(crate) struct Worker<P> {
     /// The key had no route when the worker started (nothing has routed it since but this
     /// worker, which holds its lock).
     unrouted: bool,
+    /// The worker created the session as it started, and no turn has run since: it holds
+    /// nothing yet.
+    fresh: bool,
 }
 
 impl<P: Provider + 'static> Worker<P> {
@@ -93,6 +96,7 @@ impl<P: Provider + 'static> Worker<P> {
             lock,
             known: HashSet::new(),
             unrouted: false,
+            fresh: false,
         }
     }
 
@@ -107,7 +111,10 @@ impl<P: Provider + 'static> Worker<P> {
         // What waits in the store for this key goes first: it arrived before anything the
         // router hands over from now on. A replica that died in the middle of a turn left its
         // message unanswered: whoever holds the session next answers it first.
-        let (unanswered, queued) = self.open().await;
+        // Started by a message, the worker creates the session it needs in the same read.
+        let create =
+            matches!(&first, Input::Inbound(inbound, _) if Command::parse(&inbound.text).is_none());
+        let (unanswered, queued) = self.open(create).await;
         if queued {
             self.pull().await;
         }
@@ -259,6 +266,7 @@ impl<P: Provider + 'static> Worker<P> {
     /// ack makes the platform deliver it again.
     async fn on_message(&mut self, inbound: Inbound, busy: bool) -> Option<JoinHandle<TurnEnd>> {
         let Inbound { id, chat, user, text, ack, .. } = inbound;
+        let fresh = std::mem::take(&mut self.fresh);
         // The router already moved a message that opens a thread into it: what is left is
         // whether to quote the message.
         let reply_to = match Placement::of(&chat, &id, self.shared.reply_style(chat.platform)) {
@@ -295,7 +303,7 @@ impl<P: Provider + 'static> Worker<P> {
             return None;
         }
         // Just created, the session holds nothing else: its history needs no reading back.
-        let first = created.then(|| text.clone());
+        let first = (created || fresh).then(|| text.clone());
         let message = NewMessage::user(text);
         match store.append_inbound(&session.session.id, chat.platform, &id, message).await {
             Ok(Appended::Stored(_)) => {
@@ -396,6 +404,7 @@ impl<P: Provider + 'static> Worker<P> {
         reply_to: Option<String>,
         first: Option<String>,
     ) -> JoinHandle<TurnEnd> {
+        self.fresh = false;
         let cancel = self.shared.stop_turns.child_token();
         self.running = Some(cancel.clone());
         let job = TurnJob {

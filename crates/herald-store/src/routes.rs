@@ -30,6 +30,10 @@ pub struct Routed {
     pub system_prompt: String,
     /// The session is open and ends with a person's message nobody answered.
     pub unanswered: bool,
+    /// The session was created by this read ([`Store::opening_or_create`]).
+    ///
+    /// [`Store::opening_or_create`]: crate::Store::opening_or_create
+    pub created: bool,
 }
 
 #[derive(sqlx::FromRow)]
@@ -38,6 +42,7 @@ pub(crate) struct OpeningRow {
     session: Session,
     prompt: Option<String>,
     unanswered: bool,
+    created: bool,
 }
 
 impl From<OpeningRow> for Routed {
@@ -46,6 +51,7 @@ impl From<OpeningRow> for Routed {
             session: row.session,
             system_prompt: row.prompt.unwrap_or_default(),
             unanswered: row.unanswered,
+            created: row.created,
         }
     }
 }
@@ -69,6 +75,22 @@ where
     Ok(Opening { routed, queued })
 }
 
+/// An [`Opening`] read as a row, for a query that returns one (see [`opening_of`]).
+pub(crate) struct OpeningRead(pub(crate) Opening);
+
+impl<'r, R> sqlx::FromRow<'r, R> for OpeningRead
+where
+    R: sqlx::Row,
+    OpeningRow: sqlx::FromRow<'r, R>,
+    bool: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    &'static str: sqlx::ColumnIndex<R>,
+{
+    fn from_row(row: &'r R) -> Result<Self, sqlx::Error> {
+        opening_of(row).map(OpeningRead)
+    }
+}
+
 /// The statement of `opening` on either backend: `key` is the key's placeholder, `session`
 /// the messages' column naming their session, `sessions_key` the sessions' column it refers
 /// to, and `no` the backend's false.
@@ -82,7 +104,8 @@ pub(crate) fn opening_sql(key: &str, session: &str, sessions_key: &str, no: &str
                         AS prompt,
                     ended_at IS NULL
                         AND coalesce((SELECT role FROM messages WHERE {session} = sessions.{sessions_key}
-                                      ORDER BY id DESC LIMIT 1) = 'user', {no}) AS unanswered
+                                      ORDER BY id DESC LIMIT 1) = 'user', {no}) AS unanswered,
+                    {no} AS created
              FROM sessions WHERE id = (SELECT session_id FROM routes WHERE session_key = {key})
          ) s ON true"
     )
@@ -97,6 +120,27 @@ impl Lite {
         let mut opening = opening_of(&row.await?)?;
         opening.routed = opening.routed.map(|r| Routed { session: self.noted(r.session), ..r });
         Ok(opening)
+    }
+
+    /// [`Lite::opening`], creating and routing `new` when the key has no route.
+    pub async fn opening_or_create(
+        &self,
+        key: &str,
+        new: &NewSession,
+    ) -> Result<Opening, StoreError> {
+        let opening = self.opening(key).await?;
+        if opening.routed.is_some() {
+            return Ok(opening);
+        }
+        match self.create_routed(key, new).await? {
+            (session, true) => {
+                let system_prompt = new.system_prompt.clone();
+                let routed = Routed { session, system_prompt, unanswered: false, created: true };
+                Ok(Opening { routed: Some(routed), ..opening })
+            }
+            // Routed meanwhile: read as it is.
+            (_, false) => self.opening(key).await,
+        }
     }
 
     /// The session a key is routed to, if any.

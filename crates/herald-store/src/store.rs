@@ -317,6 +317,8 @@ pass_on! {
     /// The routed session with its system prompt and whether it was left unanswered, and
     /// whether messages wait in the key's queue.
     fn opening(&self, key: &str) -> Result<Opening, StoreError>;
+    /// `opening`, with `new` created and routed when the key has no route, in one write.
+    fn opening_or_create(&self, key: &str, new: &NewSession) -> Result<Opening, StoreError>;
     /// The routed session, or a new one routed in the same transaction; true when created.
     fn route_or_create(&self, key: &str, new: &NewSession) -> Result<(Session, bool), StoreError>;
     /// As `route_or_create`, for a caller that just found no route.

@@ -30,20 +30,35 @@ impl<P: Provider + 'static> Worker<P> {
         if !created {
             return Ok((self.remember(session).await?, false));
         }
-        info!(key = %self.key, session = %session.id, "session started");
-        self.shared.compressor.note_new(&session.id);
+        self.started(&session);
         // Its prompt is the one just stored (prompts are stored by their text's hash).
         let info = SessionInfo { session, system_prompt: Arc::from(new.system_prompt) };
         self.session = Some(info.clone());
         Ok((info, true))
     }
 
-    /// Reads the key's session as the worker starts, in one read with what it needs later:
-    /// whether that session ends with a message nobody answered, and whether messages wait in
-    /// the key's queue (taken for true when the read failed).
-    pub(super) async fn open(&mut self) -> (bool, bool) {
-        match self.shared.store.opening(self.key.as_str()).await {
+    /// A session this worker created.
+    fn started(&self, session: &Session) {
+        info!(key = %self.key, session = %session.id, "session started");
+        self.shared.compressor.note_new(&session.id);
+    }
+
+    /// Reads the key's session as the worker starts (creating it when `create` and there is
+    /// none), in one read with what it needs later: whether that session ends with a message
+    /// nobody answered, and whether messages wait in the key's queue (taken for true when the
+    /// read failed).
+    pub(super) async fn open(&mut self, create: bool) -> (bool, bool) {
+        let store = &self.shared.store;
+        let opening = match create {
+            true => store.opening_or_create(self.key.as_str(), &self.new_session()).await,
+            false => store.opening(self.key.as_str()).await,
+        };
+        match opening {
             Ok(Opening { routed: Some(routed), queued }) => {
+                if routed.created {
+                    self.started(&routed.session);
+                    self.fresh = true;
+                }
                 let system_prompt = Arc::from(routed.system_prompt);
                 self.session = Some(SessionInfo { session: routed.session, system_prompt });
                 (routed.unanswered, queued)

@@ -17,9 +17,60 @@ use super::tokens::Token;
 use crate::error::StoreError;
 use crate::lineage::{COMPRESSED, MAX_DEPTH, nearest_kept, split_number};
 use crate::messages::{Append, Appended, NewMessage, TokenUsage};
-use crate::routes::{Opening, opening_of, opening_sql};
+use crate::routes::{Opening, OpeningRead, opening_of, opening_sql};
 use crate::sessions::{NewSession, SESSION_COLUMNS, Session};
 use crate::time::now_ms;
+
+/// [`Pg::opening_or_create`]: [`opening_sql`]'s columns, from the routed session found or
+/// from the one [`new_session_sql`] creates (`$1` to `$12`) when the key (`$13`) has none. A
+/// route inserted meanwhile by another writer makes it create nothing and find nothing.
+fn opening_or_create_sql() -> String {
+    format!(
+        "WITH found AS (
+             SELECT {SESSION_COLUMNS},
+                    (SELECT prompt FROM system_prompts WHERE hash = sessions.system_prompt_hash)
+                        AS prompt,
+                    ended_at IS NULL
+                        AND coalesce((SELECT role FROM messages WHERE session_id = sessions.id
+                                      ORDER BY id DESC LIMIT 1) = 'user', false) AS unanswered,
+                    false AS created
+             FROM sessions WHERE id = (SELECT session_id FROM routes WHERE session_key = $13)
+         ),
+         prompt AS (
+             INSERT INTO system_prompts (hash, prompt, created_at)
+             SELECT $9, $12, $11 WHERE NOT EXISTS (SELECT 1 FROM found)
+             ON CONFLICT (hash) DO NOTHING
+             RETURNING 1
+         ),
+         kept AS (
+             SELECT NOT EXISTS (SELECT 1 FROM found)
+                 AND (EXISTS (SELECT 1 FROM prompt)
+                      OR EXISTS (SELECT 1 FROM system_prompts WHERE hash = $9 FOR KEY SHARE))
+                 AS ok
+         ),
+         routed AS (
+             INSERT INTO routes (session_key, session_id, updated_at)
+             SELECT $13, $1, $11 WHERE (SELECT ok FROM kept)
+             ON CONFLICT (session_key) DO NOTHING
+             RETURNING 1
+         ),
+         created AS (
+             INSERT INTO sessions (id, source, session_key, chat_id, thread_id, user_id,
+                                   chat_type, model, system_prompt_hash, parent_session_id,
+                                   started_at, updated_at)
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11
+             WHERE EXISTS (SELECT 1 FROM routed)
+             RETURNING {SESSION_COLUMNS}
+         )
+         SELECT q.queued, s.* FROM
+             (SELECT EXISTS (SELECT 1 FROM inbound_queue WHERE session_key = $13) AS queued) q
+         LEFT JOIN (
+             SELECT * FROM found
+             UNION ALL
+             SELECT created.*, $12::text, false, true FROM created
+         ) s ON true"
+    )
+}
 
 /// The session a key is routed to, in one statement.
 fn routed_sql() -> String {
@@ -34,6 +85,32 @@ impl Pg {
         let sql = opening_sql("$1", "session_id", "id", "false");
         let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(key).fetch_one(&self.inner.pool);
         Ok(opening_of(&row.await?)?)
+    }
+
+    /// As on SQLite, in one statement: the key's opening, or `new` created and routed when
+    /// the key has no route.
+    pub(crate) async fn opening_or_create(
+        &self,
+        key: &str,
+        new: &NewSession,
+    ) -> Result<Opening, StoreError> {
+        let (shared_key, new) = (Arc::<str>::from(key), Arc::new(new.clone()));
+        let opening = self
+            .write_one(move |pool| {
+                let (key, new) = (Arc::clone(&shared_key), Arc::clone(&new));
+                Box::pin(async move {
+                    let sql = sqlx::AssertSqlSafe(opening_or_create_sql());
+                    let query = bind_new(sqlx::query_as(sql), &new, now_ms()).bind(&*key);
+                    let read: OpeningRead = query.fetch_one(&pool).await?;
+                    Ok(read.0)
+                })
+            })
+            .await?;
+        match opening.routed {
+            Some(_) => Ok(opening),
+            // Another writer routed the key since this statement's snapshot: read as it is.
+            None => self.opening(key).await,
+        }
     }
 
     pub(crate) async fn routed_session(&self, key: &str) -> Result<Option<Session>, StoreError> {

@@ -2,7 +2,7 @@ use std::collections::HashSet;
 
 use herald_core::{ChatKind, ChatRef, Platform, Role, UserRef};
 use herald_store::{
-    Appended, ApproveError, Delivery, NewMessage, NewSession, PairingIssue, QueuedInbound,
+    Appended, ApproveError, Delivery, NewMessage, NewSession, PairingIssue, QueuedInbound, Routed,
     SearchQuery, Session, Store, StoreError,
 };
 
@@ -276,6 +276,28 @@ async fn only_open_routed_sessions_waiting_for_an_answer_are_unanswered(store, s
         assert_eq!(opening.routed.is_some(), key.ends_with('2'), "{key}");
     }
     assert!(!store.opening("telegram:dm:3").await.unwrap().queued);
+    // Created only where there is no route: then routed, with its prompt, waiting for nothing.
+    for key in ["telegram:dm:1", "telegram:dm:5", "telegram:dm:6"] {
+        let before = store.opening(key).await.unwrap();
+        let new = NewSession {
+            session_key: Some(key.to_owned()),
+            system_prompt: "Ты — Herald 🙂".into(),
+            ..session_for(Platform::Telegram, key)
+        };
+        let opened = store.opening_or_create(key, &new).await.unwrap();
+        let routed = opened.routed.clone().expect("opened or created");
+        assert_eq!(opened.queued, before.queued, "{key}");
+        assert_eq!(Some(&routed.session), store.routed_session(key).await.unwrap().as_ref());
+        match before.routed {
+            Some(before) => assert_eq!(routed, before, "{key}"),
+            None => {
+                assert!(routed.created && !routed.unanswered, "{key}");
+                assert_eq!(routed.system_prompt, new.system_prompt, "{key}");
+                let again = store.opening_or_create(key, &new).await.unwrap();
+                assert_eq!(again.routed, Some(Routed { created: false, ..routed }), "{key}");
+            }
+        }
+    }
 
     store.append_messages(&waiting.id, vec![NewMessage::assistant("yes")]).await.unwrap();
     let listed = store.unanswered_sessions().await.unwrap();
