@@ -56,26 +56,8 @@ impl From<OpeningRow> for Routed {
     }
 }
 
-/// [`Opening`] from a row with a `queued` column and, when the key is routed, the columns of
-/// an [`OpeningRow`] (all NULL when not).
-pub(crate) fn opening_of<'r, R>(row: &'r R) -> Result<Opening, sqlx::Error>
-where
-    R: sqlx::Row,
-    OpeningRow: sqlx::FromRow<'r, R>,
-    bool: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
-    &'static str: sqlx::ColumnIndex<R>,
-{
-    let queued: bool = row.try_get("queued")?;
-    let id: Option<String> = row.try_get("id")?;
-    let routed = match id {
-        Some(_) => Some(Routed::from(<OpeningRow as sqlx::FromRow<R>>::from_row(row)?)),
-        None => None,
-    };
-    Ok(Opening { routed, queued })
-}
-
-/// An [`Opening`] read as a row, for a query that returns one (see [`opening_of`]).
+/// An [`Opening`] read from a row with a `queued` column and, when the key is routed, the
+/// columns of an [`OpeningRow`] (all NULL when not).
 pub(crate) struct OpeningRead(pub(crate) Opening);
 
 impl<'r, R> sqlx::FromRow<'r, R> for OpeningRead
@@ -87,7 +69,13 @@ where
     &'static str: sqlx::ColumnIndex<R>,
 {
     fn from_row(row: &'r R) -> Result<Self, sqlx::Error> {
-        opening_of(row).map(OpeningRead)
+        let queued: bool = row.try_get("queued")?;
+        let id: Option<String> = row.try_get("id")?;
+        let routed = match id {
+            Some(_) => Some(Routed::from(OpeningRow::from_row(row)?)),
+            None => None,
+        };
+        Ok(OpeningRead(Opening { routed, queued }))
     }
 }
 
@@ -116,8 +104,8 @@ impl Lite {
     /// whether messages wait in the key's queue, in one read.
     pub async fn opening(&self, key: &str) -> Result<Opening, StoreError> {
         let sql = opening_sql("?1", "session_no", "no", "0");
-        let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(key).fetch_one(&self.inner.pool);
-        let mut opening = opening_of(&row.await?)?;
+        let read = sqlx::query_as(sqlx::AssertSqlSafe(sql)).bind(key).fetch_one(&self.inner.pool);
+        let OpeningRead(mut opening) = read.await?;
         opening.routed = opening.routed.map(|r| Routed { session: self.noted(r.session), ..r });
         Ok(opening)
     }

@@ -17,7 +17,7 @@ use super::tokens::Token;
 use crate::error::StoreError;
 use crate::lineage::{COMPRESSED, MAX_DEPTH, nearest_kept, split_number};
 use crate::messages::{Append, Appended, NewMessage, TokenUsage};
-use crate::routes::{Opening, OpeningRead, opening_of, opening_sql};
+use crate::routes::{Opening, OpeningRead, opening_sql};
 use crate::sessions::{NewSession, SESSION_COLUMNS, Session};
 use crate::time::now_ms;
 
@@ -83,8 +83,9 @@ fn routed_sql() -> String {
 impl Pg {
     pub(crate) async fn opening(&self, key: &str) -> Result<Opening, StoreError> {
         let sql = opening_sql("$1", "session_id", "id", "false");
-        let row = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(key).fetch_one(&self.inner.pool);
-        Ok(opening_of(&row.await?)?)
+        let read = sqlx::query_as(sqlx::AssertSqlSafe(sql)).bind(key).fetch_one(&self.inner.pool);
+        let OpeningRead(opening) = read.await?;
+        Ok(opening)
     }
 
     /// As on SQLite, in one statement: the key's opening, or `new` created and routed when
