@@ -3,9 +3,10 @@
 //!
 //! A statement is a transaction of its own, with its commit and its round trip, and on a busy
 //! gateway those cost more than the rows. So these writes queue here. Whoever finds no flusher
-//! waiting spawns one; it waits for one of [`FLUSHERS`] permits, then takes everything queued
-//! by then. While one batch commits the next one gathers, and a quiet store adds no wait. The
-//! flusher is a task of its own, so a caller that gives up waiting cannot abort the others'.
+//! waiting spawns one; it waits for the flusher before it ([`FLUSHERS`]), then takes everything
+//! queued by then. While one batch is written the next one gathers, and a quiet store adds no
+//! wait. The flusher is a task of its own, so a caller that gives up waiting cannot abort the
+//! others'.
 //!
 //! The statement tells a round's appends apart by session, so a round holds each session, and
 //! each inbound id, once; a write that would repeat one waits for the next round, with every
@@ -28,8 +29,9 @@ use super::tokens::{Pruning, Token, recorded, token_taken};
 use crate::error::StoreError;
 use crate::messages::{Append, Appended, TokenUsage};
 
-/// Batches written at once by one store: one commits while the next is written.
-const FLUSHERS: usize = 2;
+/// Batches written at once by one store. One: a round costs the database far more than its
+/// rows do, so fewer and fuller rounds cost less than overlapping ones.
+const FLUSHERS: usize = 1;
 
 /// Most appends and queued messages in one statement.
 const ROUND: usize = 256;
