@@ -68,7 +68,7 @@ pub(crate) struct Worker<P> {
     /// The key had no route when the worker started (nothing has routed it since but this
     /// worker, which holds its lock).
     unrouted: bool,
-    /// The worker created the session as it started, and no turn has run since: it holds
+    /// The worker created the session, and no turn or command has run in it since: it holds
     /// nothing yet.
     fresh: bool,
 }
@@ -266,20 +266,20 @@ impl<P: Provider + 'static> Worker<P> {
     /// ack makes the platform deliver it again.
     async fn on_message(&mut self, inbound: Inbound, busy: bool) -> Option<JoinHandle<TurnEnd>> {
         let Inbound { id, chat, user, text, ack, .. } = inbound;
-        let fresh = std::mem::take(&mut self.fresh);
         // The router already moved a message that opens a thread into it: what is left is
         // whether to quote the message.
         let reply_to = match Placement::of(&chat, &id, self.shared.reply_style(chat.platform)) {
             Placement::Quote(message) => Some(message),
             Placement::Plain | Placement::Thread(_) => None,
         };
-        let (session, created) = match self.session_created().await {
+        let session = match self.session().await {
             Ok(session) => session,
             Err(e) => {
                 warn!(key = %self.key, error = %e, "could not open the session; the message will be delivered again");
                 return None;
             }
         };
+        let fresh = std::mem::take(&mut self.fresh);
         let store = &self.shared.store;
         if busy || !self.queue.is_empty() {
             let queued = store.queue_inbound(self.key.as_str(), &id, &chat, &user, &text);
@@ -303,7 +303,7 @@ impl<P: Provider + 'static> Worker<P> {
             return None;
         }
         // Just created, the session holds nothing else: its history needs no reading back.
-        let first = (created || fresh).then(|| text.clone());
+        let first = fresh.then(|| text.clone());
         let message = NewMessage::user(text);
         match store.append_inbound(&session.session.id, chat.platform, &id, message).await {
             Ok(Appended::Stored(_)) => {

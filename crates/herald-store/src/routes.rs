@@ -83,19 +83,31 @@ where
 /// the messages' column naming their session, `sessions_key` the sessions' column it refers
 /// to, and `no` the backend's false.
 pub(crate) fn opening_sql(key: &str, session: &str, sessions_key: &str, no: &str) -> String {
+    opening_of(key, &routed_sql(key, session, sessions_key, no))
+}
+
+/// The columns of an [`OpeningRow`] for the session `key` is routed to (see [`opening_sql`]);
+/// no row when it has no route.
+pub(crate) fn routed_sql(key: &str, session: &str, sessions_key: &str, no: &str) -> String {
+    format!(
+        "SELECT {SESSION_COLUMNS},
+                (SELECT prompt FROM system_prompts WHERE hash = sessions.system_prompt_hash)
+                    AS prompt,
+                ended_at IS NULL
+                    AND coalesce((SELECT role FROM messages WHERE {session} = sessions.{sessions_key}
+                                  ORDER BY id DESC LIMIT 1) = 'user', {no}) AS unanswered,
+                {no} AS created
+         FROM sessions WHERE id = (SELECT session_id FROM routes WHERE session_key = {key})"
+    )
+}
+
+/// An [`OpeningRead`]'s row: whether `key`'s queue holds messages, and the row of `routed`
+/// (an [`OpeningRow`]'s columns) if it has one.
+pub(crate) fn opening_of(key: &str, routed: &str) -> String {
     format!(
         "SELECT q.queued, s.* FROM
              (SELECT EXISTS (SELECT 1 FROM inbound_queue WHERE session_key = {key}) AS queued) q
-         LEFT JOIN (
-             SELECT {SESSION_COLUMNS},
-                    (SELECT prompt FROM system_prompts WHERE hash = sessions.system_prompt_hash)
-                        AS prompt,
-                    ended_at IS NULL
-                        AND coalesce((SELECT role FROM messages WHERE {session} = sessions.{sessions_key}
-                                      ORDER BY id DESC LIMIT 1) = 'user', {no}) AS unanswered,
-                    {no} AS created
-             FROM sessions WHERE id = (SELECT session_id FROM routes WHERE session_key = {key})
-         ) s ON true"
+         LEFT JOIN ({routed}) s ON true"
     )
 }
 

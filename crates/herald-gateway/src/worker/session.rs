@@ -13,13 +13,8 @@ use crate::turn::SessionInfo;
 impl<P: Provider + 'static> Worker<P> {
     /// The key's current session, created (and routed) when there is none.
     pub(super) async fn session(&mut self) -> Result<SessionInfo, StoreError> {
-        Ok(self.session_created().await?.0)
-    }
-
-    /// [`Worker::session`], and whether this call created it.
-    pub(super) async fn session_created(&mut self) -> Result<(SessionInfo, bool), StoreError> {
         if let Some(info) = &self.session {
-            return Ok((info.clone(), false));
+            return Ok(info.clone());
         }
         let new = self.new_session();
         let store = &self.shared.store;
@@ -28,19 +23,20 @@ impl<P: Provider + 'static> Worker<P> {
             false => store.route_or_create(self.key.as_str(), &new).await?,
         };
         if !created {
-            return Ok((self.remember(session).await?, false));
+            return self.remember(session).await;
         }
         self.started(&session);
         // Its prompt is the one just stored (prompts are stored by their text's hash).
         let info = SessionInfo { session, system_prompt: Arc::from(new.system_prompt) };
         self.session = Some(info.clone());
-        Ok((info, true))
+        Ok(info)
     }
 
-    /// A session this worker created.
-    fn started(&self, session: &Session) {
+    /// A session this worker created: it holds nothing yet.
+    fn started(&mut self, session: &Session) {
         info!(key = %self.key, session = %session.id, "session started");
         self.shared.compressor.note_new(&session.id);
+        self.fresh = true;
     }
 
     /// Reads the key's session as the worker starts (creating it when `create` and there is
@@ -57,7 +53,6 @@ impl<P: Provider + 'static> Worker<P> {
             Ok(Opening { routed: Some(routed), queued }) => {
                 if routed.created {
                     self.started(&routed.session);
-                    self.fresh = true;
                 }
                 let system_prompt = Arc::from(routed.system_prompt);
                 self.session = Some(SessionInfo { session: routed.session, system_prompt });

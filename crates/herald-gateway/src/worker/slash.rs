@@ -22,6 +22,8 @@ impl<P: Provider + 'static> Worker<P> {
         busy: bool,
         answers: Option<String>,
     ) -> Option<JoinHandle<TurnEnd>> {
+        // A command may write to the session (`/compress` moves it on).
+        self.fresh = false;
         let result = match command {
             Command::Help => Ok(HELP.to_owned()),
             Command::Whoami => Ok(whoami(self.chat.platform, &self.user.id, allowed)),

@@ -12,12 +12,14 @@ use sqlx::PgConnection;
 
 use super::Pg;
 use super::round::{Batch, write_once};
-use super::sessions::{bind_new, end_in, insert_session, new_session_sql, read_session};
+use super::sessions::{
+    bind_new, end_in, insert_session, new_session_parts, new_session_sql, read_session,
+};
 use super::tokens::Token;
 use crate::error::StoreError;
 use crate::lineage::{COMPRESSED, MAX_DEPTH, nearest_kept, split_number};
 use crate::messages::{Append, Appended, NewMessage, TokenUsage};
-use crate::routes::{Opening, OpeningRead, opening_sql};
+use crate::routes::{self, Opening, OpeningRead, opening_sql};
 use crate::sessions::{NewSession, SESSION_COLUMNS, Session};
 use crate::time::now_ms;
 
@@ -25,50 +27,13 @@ use crate::time::now_ms;
 /// from the one [`new_session_sql`] creates (`$1` to `$12`) when the key (`$13`) has none. A
 /// route inserted meanwhile by another writer makes it create nothing and find nothing.
 fn opening_or_create_sql() -> String {
+    let found = routes::routed_sql("$13", "session_id", "id", "false");
+    let (ctes, insert) = new_session_parts(true, "NOT EXISTS (SELECT 1 FROM found)");
+    let either =
+        "SELECT * FROM found UNION ALL SELECT created.*, $12::text, false, true FROM created";
     format!(
-        "WITH found AS (
-             SELECT {SESSION_COLUMNS},
-                    (SELECT prompt FROM system_prompts WHERE hash = sessions.system_prompt_hash)
-                        AS prompt,
-                    ended_at IS NULL
-                        AND coalesce((SELECT role FROM messages WHERE session_id = sessions.id
-                                      ORDER BY id DESC LIMIT 1) = 'user', false) AS unanswered,
-                    false AS created
-             FROM sessions WHERE id = (SELECT session_id FROM routes WHERE session_key = $13)
-         ),
-         prompt AS (
-             INSERT INTO system_prompts (hash, prompt, created_at)
-             SELECT $9, $12, $11 WHERE NOT EXISTS (SELECT 1 FROM found)
-             ON CONFLICT (hash) DO NOTHING
-             RETURNING 1
-         ),
-         kept AS (
-             SELECT NOT EXISTS (SELECT 1 FROM found)
-                 AND (EXISTS (SELECT 1 FROM prompt)
-                      OR EXISTS (SELECT 1 FROM system_prompts WHERE hash = $9 FOR KEY SHARE))
-                 AS ok
-         ),
-         routed AS (
-             INSERT INTO routes (session_key, session_id, updated_at)
-             SELECT $13, $1, $11 WHERE (SELECT ok FROM kept)
-             ON CONFLICT (session_key) DO NOTHING
-             RETURNING 1
-         ),
-         created AS (
-             INSERT INTO sessions (id, source, session_key, chat_id, thread_id, user_id,
-                                   chat_type, model, system_prompt_hash, parent_session_id,
-                                   started_at, updated_at)
-             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11
-             WHERE EXISTS (SELECT 1 FROM routed)
-             RETURNING {SESSION_COLUMNS}
-         )
-         SELECT q.queued, s.* FROM
-             (SELECT EXISTS (SELECT 1 FROM inbound_queue WHERE session_key = $13) AS queued) q
-         LEFT JOIN (
-             SELECT * FROM found
-             UNION ALL
-             SELECT created.*, $12::text, false, true FROM created
-         ) s ON true"
+        "WITH found AS ({found}), {ctes}, created AS ({insert}) {}",
+        routes::opening_of("$13", either)
     )
 }
 

@@ -322,6 +322,14 @@ pub(crate) async fn insert_session(
 /// back, and the session goes in only with the route; foreign keys are checked at the end of
 /// the statement, when every row is in.
 pub(crate) fn new_session_sql(routed: bool) -> String {
+    let (ctes, insert) = new_session_parts(routed, "true");
+    format!("WITH {ctes} {insert}")
+}
+
+/// [`new_session_sql`] in parts, writing nothing unless the condition `when` holds: its
+/// common table expressions (`prompt`, `kept`, and with `routed`, `routed`), and the session's
+/// insert, which follows them.
+pub(crate) fn new_session_parts(routed: bool, when: &str) -> (String, String) {
     let (route, only_if) = if routed {
         (
             ", routed AS (
@@ -335,21 +343,27 @@ pub(crate) fn new_session_sql(routed: bool) -> String {
     } else {
         ("", "(SELECT ok FROM kept)")
     };
-    format!(
-        "WITH prompt AS (
-             INSERT INTO system_prompts (hash, prompt, created_at) VALUES ($9, $12, $11)
+    let ctes = format!(
+        "prompt AS (
+             INSERT INTO system_prompts (hash, prompt, created_at)
+             SELECT $9, $12, $11 WHERE {when}
              ON CONFLICT (hash) DO NOTHING
              RETURNING 1
          ),
          kept AS (
-             SELECT EXISTS (SELECT 1 FROM prompt)
-                 OR EXISTS (SELECT 1 FROM system_prompts WHERE hash = $9 FOR KEY SHARE) AS ok
-         ){route}
-         INSERT INTO sessions (id, source, session_key, chat_id, thread_id, user_id, chat_type,
+             SELECT {when}
+                 AND (EXISTS (SELECT 1 FROM prompt)
+                      OR EXISTS (SELECT 1 FROM system_prompts WHERE hash = $9 FOR KEY SHARE))
+                 AS ok
+         ){route}"
+    );
+    let insert = format!(
+        "INSERT INTO sessions (id, source, session_key, chat_id, thread_id, user_id, chat_type,
                                model, system_prompt_hash, parent_session_id, started_at, updated_at)
          SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $11 WHERE {only_if}
          RETURNING {SESSION_COLUMNS}"
-    )
+    );
+    (ctes, insert)
 }
 
 /// Binds a new session as `$1` to `$12` of [`new_session_sql`], with a fresh id.
