@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::chat::{ChatRef, UserRef};
 
@@ -87,9 +87,9 @@ pub enum Outbound {
         /// The inbound message this answers, when the platform answers some in place of a
         /// message (a Discord slash command's interaction).
         answers: Option<String>,
-        /// The same for every try of this reply, across restarts: a platform that deduplicates
-        /// sends (Discord's `nonce`) uses it so a resend after a crash is not posted twice.
-        key: Option<String>,
+        /// A stored reply's name and progress, the same on every try across restarts; `None`
+        /// for a line that is not stored (a command's answer, a notice).
+        track: Option<Tracking>,
         /// Resolved when the platform accepted every part, or when sending failed for good.
         done: Option<oneshot::Sender<Result<Vec<SentId>, SendError>>>,
     },
@@ -107,6 +107,61 @@ pub enum Outbound {
         /// The chat to show it in.
         chat: ChatRef,
     },
+}
+
+/// A stored reply as its adapter sees it: which one it is, how much of it the platform took
+/// already, and whether an earlier try may have reached the platform unseen.
+///
+/// An adapter sends the reply's pieces from [`Tracking::from`] on and reports each piece the
+/// platform took with [`Tracking::taken`], so a reply cut short (a failed piece, a crash) is
+/// resumed where it stopped, never resent whole.
+#[derive(Debug, Clone)]
+pub struct Tracking {
+    /// Names the reply across tries and restarts (its outbox entry). A platform that
+    /// deduplicates sends (Discord's `nonce`) keys each piece with it; one that does not (Slack)
+    /// marks each piece with it and looks for the mark before sending a piece again.
+    pub key: String,
+    /// How many pieces the platform took already: sending starts at this piece.
+    pub from: usize,
+    /// An earlier try of piece [`Tracking::from`] may have reached the platform without an
+    /// answer (a restart, a timeout, a 5xx): look before sending it again where the platform
+    /// cannot deduplicate.
+    pub again: bool,
+    progress: Option<mpsc::UnboundedSender<usize>>,
+}
+
+impl Tracking {
+    /// A reply named `key`, `from` pieces of which the platform took already; the receiver
+    /// hears the count of pieces taken after each one.
+    pub fn new(
+        key: String,
+        from: usize,
+        again: bool,
+    ) -> (Tracking, mpsc::UnboundedReceiver<usize>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (Tracking { key, from, again, progress: Some(tx) }, rx)
+    }
+
+    /// Tracking nobody listens to (tests, smoke checks).
+    pub fn detached(key: String) -> Tracking {
+        Tracking { key, from: 0, again: false, progress: None }
+    }
+
+    /// The platform took every piece up to and including `piece` (0-based, of `pieces` in
+    /// the whole reply). Said only while more follow: the reply's settlement covers the last.
+    pub fn taken(&self, piece: usize, pieces: usize) {
+        if piece + 1 < pieces
+            && let Some(progress) = &self.progress
+        {
+            let _ = progress.send(piece + 1);
+        }
+    }
+}
+
+/// The piece to start at, for a reply of `pieces` pieces: 0 for an untracked one; `pieces`
+/// (nothing left to send) when the platform took them all and only the outbox did not hear.
+pub fn first_piece(track: Option<&Tracking>, pieces: usize) -> usize {
+    track.map_or(0, |t| t.from.min(pieces))
 }
 
 /// Why a message could not be delivered after the adapter's retries.

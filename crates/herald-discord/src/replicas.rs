@@ -276,7 +276,7 @@ async fn a_replica_holding_no_shard_is_connected_and_sends() {
         text: "from a replica without shards".into(),
         reply_to: None,
         answers: None,
-        key: None,
+        track: None,
         done: Some(done),
     };
     idle.outbound.send(send).await.unwrap();

@@ -6,7 +6,9 @@
 use std::future::Future;
 use std::sync::{Arc, PoisonError};
 
-use herald_core::{ChatRef, LengthUnit, Outbound, SendError, SentId, backoff, chunk};
+use herald_core::{
+    ChatRef, LengthUnit, Outbound, SendError, SentId, Tracking, backoff, chunk, first_piece,
+};
 use serenity::all::{
     ChannelId, CreateAllowedMentions, CreateInteractionResponseFollowup, CreateMessage,
     CreateThread, EditInteractionResponse, EditMessage, MessageId, MessageReference, Nonce,
@@ -38,8 +40,8 @@ impl Sender {
     /// Serves one request; a send's outcome goes back on its `done` channel.
     pub(crate) async fn handle(&self, request: Outbound) {
         match request {
-            Outbound::Send { chat, text, reply_to, answers, key, done } => {
-                let result = self.send(&chat, &text, reply_to, answers, key).await;
+            Outbound::Send { chat, text, reply_to, answers, track, done } => {
+                let result = self.send(&chat, &text, reply_to, answers, track.as_ref()).await;
                 if let Err(e) = &result {
                     debug!(chat = %chat.id, error = %e, "a reply was not delivered");
                 }
@@ -82,7 +84,7 @@ impl Sender {
         text: &str,
         reply_to: Option<String>,
         answers: Option<String>,
-        key: Option<String>,
+        track: Option<&Tracking>,
     ) -> Result<Vec<SentId>, SendError> {
         let parts = chunk(text, MAX_MESSAGE_LEN, LengthUnit::Chars);
         if parts.is_empty() {
@@ -99,22 +101,26 @@ impl Sender {
             // A reply to a message deleted meanwhile is still posted, without the reference.
             MessageReference::from((channel, MessageId::new(id))).fail_if_not_exists(false)
         });
-        let mut sent = Vec::with_capacity(parts.len());
-        for (index, part) in parts.iter().enumerate() {
+        let from = first_piece(track, parts.len());
+        let mut sent = Vec::with_capacity(parts.len() - from);
+        for (index, part) in parts.iter().enumerate().skip(from) {
             let mut message = CreateMessage::new().content(part).allowed_mentions(no_pings());
             if index == 0
                 && let Some(reference) = &reference
             {
                 message = message.reference_message(reference.clone());
             }
-            if let Some(key) = &key {
+            if let Some(track) = track {
                 // The same on every try of this part, so Discord returns the message it took.
-                let nonce = format!("h{key}.{index}");
+                let nonce = format!("h{}.{index}", track.key);
                 message = message.nonce(Nonce::String(nonce)).enforce_nonce(true);
             }
             let posted =
                 self.retrying(|| channel.send_message(&self.inner.http, message.clone())).await?;
             sent.push(posted.id.to_string());
+            if let Some(track) = track {
+                track.taken(index, parts.len());
+            }
         }
         Ok(sent)
     }

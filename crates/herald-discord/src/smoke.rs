@@ -59,7 +59,7 @@ async fn a_dm_comes_in_and_the_reply_goes_out_without_pings() {
             text: "@everyone hi".into(),
             reply_to: None,
             answers: None,
-            key: Some("12".into()),
+            track: Some(herald_core::Tracking::detached("12".into())),
             done: Some(done),
         })
         .await

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use herald_core::{Capabilities, ChatRef, Outbound, Platform, SendError, SentId};
+use herald_core::{Capabilities, ChatRef, Outbound, Platform, SendError, SentId, Tracking};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::metrics::Metrics;
@@ -26,7 +26,7 @@ impl Link {
             text: reply.text,
             reply_to: reply.reply_to,
             answers: reply.answers,
-            key: reply.key,
+            track: reply.track,
             done: Some(done),
         };
         self.outbound.send(request).await.map_err(|_| SendError::Stopped)?;
@@ -45,7 +45,7 @@ impl Link {
             text,
             reply_to: None,
             answers: None,
-            key: None,
+            track: None,
             done: None,
         };
         if self.outbound.send(request).await.is_ok() {
@@ -68,7 +68,7 @@ pub(crate) struct Reply<'a> {
     pub(crate) text: String,
     pub(crate) reply_to: Option<String>,
     pub(crate) answers: Option<String>,
-    pub(crate) key: Option<String>,
+    pub(crate) track: Option<Tracking>,
 }
 
 /// How a platform is doing, for logs, `/healthz` and the service status line.

@@ -2,6 +2,8 @@
 //! time, across restarts and compressions too; a reply the platform could not take is tried again while
 //! the daemon runs, with capped backoff, until the platform takes or refuses it; and it leaves
 //! the store's outbox the moment it did, so a crash resends at most what was in flight.
+//! A reply split into pieces is tracked piece by piece: each piece the platform took is noted
+//! in the store, and a later try (in this run or after a restart) starts at the next one.
 //!
 //! Replies sent again (after a restart, or after a failed try) go at the platform's pace, a
 //! few at a time: a crash in the middle of that duplicates at most those few, and a platform
@@ -11,7 +13,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use herald_core::{ChatRef, Platform, SendError};
+use herald_core::{ChatRef, Platform, SendError, Tracking};
 use herald_store::{Store, Undelivered, now_ms};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
@@ -57,6 +59,8 @@ pub(crate) struct Parcel {
     pub(crate) stored_at: i64,
     /// Sent again (after a restart or a failed try): paced, a few at a time.
     pub(crate) again: bool,
+    /// How many of its pieces the platform took already.
+    pub(crate) pieces: usize,
 }
 
 impl Parcel {
@@ -71,6 +75,7 @@ impl Parcel {
             text,
             stored_at: now_ms(),
             again: false,
+            pieces: 0,
         }
     }
 
@@ -90,6 +95,7 @@ impl Parcel {
             text: reply.delivery.text,
             stored_at: reply.created_at,
             again: true,
+            pieces: usize::try_from(reply.pieces).unwrap_or(0),
         }
     }
 }
@@ -183,9 +189,9 @@ impl Outbox {
     /// Like [`Outbox::post`], but when the chat has nothing waiting this task makes the first
     /// try itself, sparing the common case a hop to another task; a courier takes over only
     /// for what must wait.
-    pub(crate) async fn carry(&self, parcel: Parcel) {
+    pub(crate) async fn carry(&self, mut parcel: Parcel) {
         let Some(chat) = self.enqueue(parcel.clone()) else { return };
-        match self.attempt(&parcel, 1).await {
+        match self.attempt(&mut parcel, 1).await {
             Tried::Settled => {
                 if self.pop(&chat) {
                     self.dispatch(chat, false);
@@ -196,6 +202,7 @@ impl Outbox {
                     self.backlog.lines().get_mut(&chat).and_then(VecDeque::front_mut)
                 {
                     front.again = true;
+                    front.pieces = parcel.pieces;
                 }
                 self.dispatch(chat, true);
             }
@@ -283,7 +290,7 @@ impl Outbox {
                 wait = (wait * 2).min(RETRY_CAP);
             }
             tries += 1;
-            match self.attempt(&parcel, tries).await {
+            match self.attempt(&mut parcel, tries).await {
                 Tried::Settled => return true,
                 Tried::Stopped => return false,
                 Tried::Failed => parcel.again = true,
@@ -291,8 +298,10 @@ impl Outbox {
         }
     }
 
-    /// One try of one reply: settled when the platform took or refused it.
-    async fn attempt(&self, parcel: &Parcel, tries: u32) -> Tried {
+    /// One try of one reply, from the first piece the platform has not taken: settled when
+    /// the platform took or refused the rest. The pieces taken are noted in `parcel` and, for
+    /// a stored reply, in the store as they go.
+    async fn attempt(&self, parcel: &mut Parcel, tries: u32) -> Tried {
         let platform = parcel.chat.platform;
         let (Some(link), Some(pacer)) = (self.links.get(&platform), self.pacers.get(&platform))
         else {
@@ -303,15 +312,39 @@ impl Outbox {
             () = self.stop.cancelled() => return Tried::Stopped,
         };
         debug!(chat = %parcel.chat.id, reply = %parcel.text, "sending reply");
+        // The outbox entry names the reply across restarts, so every try has the same key.
+        let (track, mut progress) = match parcel.outbox {
+            Some(id) => {
+                let (track, progress) = Tracking::new(id.to_string(), parcel.pieces, parcel.again);
+                (Some(track), Some(progress))
+            }
+            None => (None, None),
+        };
+        let chat = parcel.chat.clone();
         let reply = Reply {
-            chat: &parcel.chat,
+            chat: &chat,
             text: parcel.text.clone(),
             reply_to: parcel.reply_to.clone(),
             answers: parcel.answers.clone(),
-            // The outbox entry names the reply across restarts, so every try has the same key.
-            key: parcel.outbox.map(|id| id.to_string()),
+            track,
         };
-        match link.send(reply).await {
+        let send = link.send(reply);
+        tokio::pin!(send);
+        let sent = loop {
+            tokio::select! {
+                sent = &mut send => break sent,
+                Some(pieces) = async { progress.as_mut()?.recv().await } => {
+                    self.taken(parcel, pieces).await;
+                }
+            }
+        };
+        // Pieces reported just before the answer.
+        if let Some(progress) = &mut progress {
+            while let Ok(pieces) = progress.try_recv() {
+                parcel.pieces = parcel.pieces.max(pieces);
+            }
+        }
+        match sent {
             Ok(_) => {
                 if tries > 1 {
                     info!(%platform, chat = %parcel.chat.id, tries, "a reply that had failed was delivered");
@@ -330,6 +363,18 @@ impl Outbox {
                     "a reply could not be delivered yet; it is stored and tried again with backoff"
                 );
                 Tried::Failed
+            }
+        }
+    }
+
+    /// Notes that the platform took `pieces` pieces of a reply (more are to come): a later try
+    /// starts after them, in this run or the next.
+    async fn taken(&self, parcel: &mut Parcel, pieces: usize) {
+        parcel.pieces = parcel.pieces.max(pieces);
+        if let Some(id) = parcel.outbox {
+            let pieces = i64::try_from(parcel.pieces).unwrap_or(i64::MAX);
+            if let Err(e) = self.store.pieces_taken(id, pieces).await {
+                warn!(error = %e, "could not note the pieces of a reply delivered so far; they may be sent again after a restart");
             }
         }
     }

@@ -76,6 +76,7 @@ pub(crate) async fn run<P: Provider>(shared: Arc<Shared<P>>, job: TurnJob) -> Tu
                     text: reply,
                     stored_at: now_ms(),
                     again: false,
+                    pieces: 0,
                 })
                 .await;
             TurnEnd::Answered { moved: moved.map(Box::new) }

@@ -115,16 +115,23 @@ impl<P: Provider + 'static> Worker<P> {
         let create =
             matches!(&first, Input::Inbound(inbound, _) if Command::parse(&inbound.text).is_none());
         let (unanswered, queued) = self.open(create).await;
+        // A message whose turn was cut short (a crash, the end of the drain) is answered on
+        // its own before what was queued behind it, or the next turn would take it in as mere
+        // history. Where a newer message interrupts a turn, it is taken in with the newer one,
+        // as the interruption would have. Alone on its store, the router asks for this at
+        // start (`Input::Resume`); on a shared one, another replica's death leaves it here.
+        let resume = matches!(first, Input::Resume(..)) || self.shared.store.is_shared();
+        let interrupt = self.shared.settings.busy_input == BusyInput::Interrupt;
+        if resume && unanswered && !(interrupt && queued) {
+            self.queue.push_back(Pending::Resume);
+        }
         if queued {
             self.pull().await;
-        }
-        if self.shared.store.is_shared() && self.queue.is_empty() && unanswered {
-            self.queue.push_back(Pending::Resume);
         }
         // Behind what waits in the store: a command waits for the turn started first. A pull's
         // messages were just taken in.
         let mut turn: Option<JoinHandle<TurnEnd>> = self.start_next().await;
-        if !matches!(first, Input::Pull)
+        if !matches!(first, Input::Pull | Input::Resume(..))
             && let Some(started) = self.on_input(first, turn.is_some()).await
         {
             turn = Some(started);

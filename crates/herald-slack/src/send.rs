@@ -6,7 +6,9 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use herald_core::{ChatRef, LengthUnit, Outbound, SendError, SentId, backoff, chunk};
+use herald_core::{
+    ChatRef, LengthUnit, Outbound, SendError, SentId, Tracking, backoff, chunk, first_piece,
+};
 use slack_morphism::api::{
     SlackApiChatPostMessageRequest, SlackApiChatUpdateRequest, SlackApiReactionsAddRequest,
     SlackApiReactionsRemoveRequest,
@@ -45,8 +47,8 @@ impl Sender {
     /// Serves one request; a send's outcome goes back on its `done` channel.
     pub(crate) async fn handle(&self, request: Outbound) {
         match request {
-            Outbound::Send { chat, text, done, .. } => {
-                let result = self.send(&chat, &text).await;
+            Outbound::Send { chat, text, track, done, .. } => {
+                let result = self.send(&chat, &text, track.as_ref()).await;
                 match &result {
                     Ok(ids) => debug!(chat = %chat.id, messages = ids.len(), "reply sent"),
                     Err(e) => warn!(chat = %chat.id, error = %e, "a reply was not delivered"),
@@ -69,7 +71,12 @@ impl Sender {
         }
     }
 
-    async fn send(&self, chat: &ChatRef, markdown: &str) -> Result<Vec<SentId>, SendError> {
+    async fn send(
+        &self,
+        chat: &ChatRef,
+        markdown: &str,
+        track: Option<&Tracking>,
+    ) -> Result<Vec<SentId>, SendError> {
         let parts = chunk(&to_mrkdwn(markdown), MAX_MESSAGE_LEN, LengthUnit::Chars);
         if parts.is_empty() {
             return Err(SendError::Rejected("the reply is empty".into()));
@@ -81,8 +88,10 @@ impl Sender {
         if let Some(thread) = thread {
             self.intake.follow(&chat.id, thread);
         }
-        let mut sent = Vec::with_capacity(parts.len());
-        for part in parts {
+        let total = parts.len();
+        let from = first_piece(track, total);
+        let mut sent = Vec::with_capacity(total - from);
+        for (index, part) in parts.into_iter().enumerate().skip(from) {
             let request = SlackApiChatPostMessageRequest::new(
                 chat.id.clone().into(),
                 SlackMessageContent::new().with_text(part),
@@ -97,6 +106,9 @@ impl Sender {
                 })
                 .await?;
             sent.push(posted.ts.value().clone());
+            if let Some(track) = track {
+                track.taken(index, total);
+            }
         }
         Ok(sent)
     }

@@ -122,7 +122,7 @@ impl Harness {
             text: text.into(),
             reply_to: None,
             answers: None,
-            key: None,
+            track: None,
             done: Some(done),
         };
         self.outbound.send(request).await.expect("the adapter takes requests");

@@ -7,6 +7,7 @@ use crate::appends::{ROWS_PER_INSERT, placeholders};
 use crate::error::StoreError;
 use crate::messages::{Append, Delivery};
 use crate::open::Lite;
+use crate::write::write_tx;
 
 /// A stored reply still to deliver.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,6 +20,8 @@ pub struct Undelivered {
     pub delivery: Delivery,
     /// When it was stored, in milliseconds since the Unix epoch.
     pub created_at: i64,
+    /// How many of its pieces the platform took already (see [`Lite::pieces_taken`]).
+    pub pieces: i64,
 }
 
 /// A row of `outbox`, on either backend.
@@ -33,6 +36,7 @@ pub(crate) struct OutboxRow {
     reply_to: Option<String>,
     text: String,
     created_at: i64,
+    pieces: i64,
 }
 
 impl Lite {
@@ -41,11 +45,24 @@ impl Lite {
         self.delivered_grouped(message_id).await
     }
 
+    /// Notes that the platform took the first `pieces` pieces of a reply still in the outbox
+    /// (a reply split for its platform): a later try starts after them.
+    pub async fn pieces_taken(&self, message_id: i64, pieces: i64) -> Result<(), StoreError> {
+        write_tx!(self, |conn| async {
+            sqlx::query("UPDATE outbox SET pieces = max(pieces, ?) WHERE message_id = ?")
+                .bind(pieces)
+                .bind(message_id)
+                .execute(&mut *conn)
+                .await
+                .map(drop)
+        })
+    }
+
     /// Every reply still to deliver, oldest first (what a restart must still send).
     pub async fn undelivered(&self) -> Result<Vec<Undelivered>, StoreError> {
         let rows: Vec<OutboxRow> = sqlx::query_as(
             "SELECT message_id, session_id, platform, chat_id, thread_id, chat_kind, reply_to, text,
-                    created_at
+                    created_at, pieces
              FROM outbox ORDER BY message_id",
         )
         .fetch_all(&self.inner.pool)
@@ -55,8 +72,8 @@ impl Lite {
 }
 
 /// The columns [`OutboxRow`] reads.
-pub(crate) const OUTBOX_COLUMNS: &str =
-    "message_id, session_id, platform, chat_id, thread_id, chat_kind, reply_to, text, created_at";
+pub(crate) const OUTBOX_COLUMNS: &str = "message_id, session_id, platform, chat_id, thread_id, \
+     chat_kind, reply_to, text, created_at, pieces";
 
 impl TryFrom<OutboxRow> for Undelivered {
     type Error = StoreError;
@@ -71,6 +88,7 @@ impl TryFrom<OutboxRow> for Undelivered {
             session_id: row.session_id,
             delivery: Delivery { chat, reply_to: row.reply_to, text: row.text },
             created_at: row.created_at,
+            pieces: row.pieces,
         })
     }
 }

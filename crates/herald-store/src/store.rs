@@ -286,6 +286,8 @@ pass_on! {
     fn delivered(&self, message_id: i64) -> Result<(), StoreError>;
     /// Replies stored but not yet taken by their platform, oldest first.
     fn undelivered(&self) -> Result<Vec<Undelivered>, StoreError>;
+    /// Notes that the platform took the first `pieces` pieces of a reply split for it.
+    fn pieces_taken(&self, message_id: i64, pieces: i64) -> Result<(), StoreError>;
     /// Claims up to `limit` undelivered replies, oldest first, that no sender holds, for
     /// `claim_for`: each reply is handed to one replica, and to another only once that claim
     /// has expired (its sender died). [`Store::delivered`] takes a reply out for good.

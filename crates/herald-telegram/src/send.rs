@@ -3,7 +3,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use herald_core::{ChatRef, Outbound, SendError, SentId, backoff};
+use herald_core::{ChatRef, Outbound, SendError, SentId, Tracking, backoff, first_piece};
 use teloxide::payloads::{EditMessageTextSetters, SendChatActionSetters, SendMessageSetters};
 use teloxide::requests::Requester;
 use teloxide::types::{ChatAction, ChatId, MessageId, ParseMode, ReplyParameters, ThreadId};
@@ -43,8 +43,8 @@ impl Sender {
     /// Carries out one request; a `Send` reports through its `done`, the others only log.
     pub(crate) async fn handle(&self, request: Outbound) {
         match request {
-            Outbound::Send { chat, text, reply_to, done, .. } => {
-                let result = self.send(&chat, &text, reply_to.as_deref()).await;
+            Outbound::Send { chat, text, reply_to, track, done, .. } => {
+                let result = self.send(&chat, &text, reply_to.as_deref(), track.as_ref()).await;
                 match &result {
                     Ok(ids) => debug!(chat = %chat.id, messages = ids.len(), "reply sent"),
                     Err(err) => error!(chat = %chat.id, "reply not delivered: {err}"),
@@ -68,6 +68,7 @@ impl Sender {
         chat: &ChatRef,
         markdown: &str,
         reply_to: Option<&str>,
+        track: Option<&Tracking>,
     ) -> Result<Vec<SentId>, SendError> {
         let target = target(chat)?;
         let mut reply = reply_to
@@ -77,8 +78,13 @@ impl Sender {
         if pieces.is_empty() {
             return Err(SendError::Rejected("the reply is empty".into()));
         }
-        let mut sent = Vec::with_capacity(pieces.len());
-        for piece in &pieces {
+        let from = first_piece(track, pieces.len());
+        if from > 0 {
+            // The first piece was taken already, with its reply.
+            reply = None;
+        }
+        let mut sent = Vec::with_capacity(pieces.len() - from);
+        for (index, piece) in pieces.iter().enumerate().skip(from) {
             let reply_now = reply.take();
             let id = self
                 .deliver(piece, |text, mode| {
@@ -96,6 +102,9 @@ impl Sender {
                 })
                 .await?;
             sent.push(id.0.to_string());
+            if let Some(track) = track {
+                track.taken(index, pieces.len());
+            }
         }
         Ok(sent)
     }

@@ -15,4 +15,17 @@ impl Pg {
         .await?;
         rows.into_iter().map(Undelivered::try_from).collect()
     }
+
+    pub(crate) async fn pieces_taken(
+        &self,
+        message_id: i64,
+        pieces: i64,
+    ) -> Result<(), StoreError> {
+        sqlx::query("UPDATE outbox SET pieces = greatest(pieces, $1) WHERE message_id = $2")
+            .bind(pieces)
+            .bind(message_id)
+            .execute(&self.inner.pool)
+            .await?;
+        Ok(())
+    }
 }

@@ -135,7 +135,7 @@ impl Running {
             text,
             reply_to,
             answers: None,
-            key: None,
+            track: None,
             done: Some(done),
         })
         .await;
