@@ -3,6 +3,7 @@
 //! (Prometheus text).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -16,9 +17,14 @@ use herald_gateway::{
     Backlog, Metrics, PROMETHEUS_TEXT, PlatformState, PlatformStates, StoreFigures,
 };
 use herald_store::Store;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
 use serde_json::{Map, Value, json};
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
 /// How long the store may take to answer `/healthz`'s check before it counts as failed.
@@ -27,6 +33,15 @@ const STORE_CHECK: Duration = Duration::from_secs(2);
 pub const UNDELIVERED_DEGRADED: Duration = Duration::from_secs(60);
 /// How often a store whose writes fail is tried again, so health recovers with it.
 const WRITE_PROBE_EVERY: Duration = Duration::from_secs(2);
+/// Connections the port serves at once; a scraper and a probe or two need a handful.
+pub const MAX_CONNECTIONS: usize = 64;
+/// How long a client may take to send a request's head, and how long a kept-alive connection
+/// may sit idle.
+pub const HEAD_WITHIN: Duration = Duration::from_secs(5);
+/// The longest a connection is kept, however busy.
+const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
+/// The wait after a failed accept.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
 
 /// What the endpoints read: handles on the running gateway and its store.
 #[derive(Debug, Clone)]
@@ -54,14 +69,63 @@ pub async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
 }
 
 /// Serves the endpoints on `listener` until `stop` is cancelled.
+///
+/// Every connection holds a file descriptor the platforms and the model also need, so the
+/// port holds at most [`MAX_CONNECTIONS`] (more wait in the kernel's backlog, which costs the
+/// process nothing), a client must send its request's head within [`HEAD_WITHIN`] (idle
+/// keep-alive included), and no connection lives past [`CONNECTION_LIFETIME`].
 pub async fn serve(listener: TcpListener, state: HealthState, stop: CancellationToken) {
     let addr = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
     info!(%addr, "serving /healthz and /metrics");
-    let served =
-        axum::serve(listener, router(state)).with_graceful_shutdown(stop.cancelled_owned()).await;
-    if let Err(e) = served {
-        warn!(%addr, error = %e, "the health endpoint stopped");
+    let service = TowerToHyperService::new(router(state));
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let connections = TaskTracker::new();
+    // Warned once per spell of failed accepts.
+    let mut refused = false;
+    loop {
+        let slot = tokio::select! {
+            () = stop.cancelled() => break,
+            slot = slots.clone().acquire_owned() => slot.expect("the semaphore is never closed"),
+        };
+        let stream = tokio::select! {
+            () = stop.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    refused = false;
+                    stream
+                }
+                Err(e) => {
+                    // Out of descriptors, most likely: wait for some to be given back.
+                    if !refused {
+                        warn!(%addr, error = %e, "the health endpoint could not accept a connection");
+                    }
+                    refused = true;
+                    tokio::time::sleep(ACCEPT_PAUSE).await;
+                    continue;
+                }
+            },
+        };
+        let service = service.clone();
+        let stop = stop.clone();
+        connections.spawn(async move {
+            let connection = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEAD_WITHIN)
+                .serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(connection);
+            tokio::select! {
+                _ = connection.as_mut() => {}
+                () = tokio::time::sleep(CONNECTION_LIFETIME) => {}
+                () = stop.cancelled() => {}
+            }
+            // A request under way is answered; then the connection closes.
+            connection.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(HEAD_WITHIN, connection).await;
+            drop(slot);
+        });
     }
+    connections.close();
+    connections.wait().await;
 }
 
 /// The endpoints' routes.

@@ -283,6 +283,9 @@ mod tests {
         assert!(unit.contains("\nEnvironment=HERALD_CONFIG=/c.toml\n"), "{unit}");
         assert!(unit.contains("\nTimeoutStopSec=60s\n"), "{unit}");
         assert!(!unit.contains("/usr/local/bin"), "{unit}");
+        for template in [SYSTEM_UNIT, USER_UNIT] {
+            assert!(template.contains("\nLimitNOFILE=65536\n"), "a descriptor limit above 1024");
+        }
         assert_eq!(render(SYSUSERS, &exec, &env, 60), SYSUSERS);
         assert_eq!(stop_timeout_s(90), 120);
     }

@@ -204,3 +204,53 @@ async fn healthz_fails_while_writes_fail_and_recovers_with_the_store() {
     assert_eq!(d.replies(1001, 1).await[0].text, "echo: while locked");
     assert_eq!(d.stop().await, 0, "{}", d.logs());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idle_connection_to_the_health_port_is_closed() {
+    use tokio::io::AsyncReadExt;
+    let port = free_port();
+    let mut d = Daemon::start(&format!("health_listen = \"127.0.0.1:{port}\"")).await;
+    let mut idle = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let mut buf = [0u8; 64];
+    let read = tokio::time::timeout(Duration::from_secs(30), idle.read(&mut buf)).await;
+    assert!(
+        matches!(read, Ok(Ok(0)) | Ok(Err(_))),
+        "a connection that sends nothing is closed by the daemon: {read:?}"
+    );
+    assert_eq!(d.stop().await, 0, "{}", d.logs());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn idle_connections_cannot_starve_the_daemon_of_descriptors() {
+    let port = free_port();
+    let mut d = Daemon::start(&format!("health_listen = \"127.0.0.1:{port}\"")).await;
+    // A small descriptor limit, as a service's, so that a flood can reach it in a test.
+    let limit = 128;
+    let status = std::process::Command::new("prlimit")
+        .args([format!("--pid={}", d.pid()), format!("--nofile={limit}:{limit}")])
+        .status()
+        .unwrap();
+    assert!(status.success(), "prlimit");
+    let mut idle = Vec::new();
+    for _ in 0..limit + limit / 2 {
+        idle.push(tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap());
+    }
+    // The platform still answers, and so does /healthz once the idle ones are dropped.
+    d.telegram.dm(1001, "still here?");
+    let sent = d.replies(1001, 1).await;
+    assert_eq!(sent[0].text, "echo: still here?");
+    // Queued behind the idle ones, served as they time out.
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(60)).build().unwrap();
+    let answer = client.get(format!("http://127.0.0.1:{port}/healthz")).send().await;
+    let answer = match answer {
+        Ok(response) => response.status().as_u16(),
+        Err(e) => panic!(
+            "/healthz never answered beside {} idle connections: {e}\n{}",
+            idle.len(),
+            d.logs()
+        ),
+    };
+    assert_eq!(answer, 200, "{}", d.logs());
+    drop(idle);
+    assert_eq!(d.stop().await, 0, "{}", d.logs());
+}

@@ -96,6 +96,11 @@ impl Daemon {
         self.process.signal(name);
     }
 
+    /// The gateway's process id.
+    pub fn pid(&self) -> u32 {
+        self.process.pid()
+    }
+
     /// Whether the gateway process is still running.
     pub fn is_running(&mut self) -> bool {
         self.process.is_running()
