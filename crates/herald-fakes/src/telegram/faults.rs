@@ -32,6 +32,8 @@ pub enum TelegramFault {
     Conflict,
     /// Close the connection without a response.
     Drop,
+    /// Answer this call as usual: queued before other faults, it lets calls through first.
+    Pass,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -41,6 +43,7 @@ enum FaultJson {
     Status { code: u16 },
     Conflict,
     Drop,
+    Pass,
 }
 
 impl From<FaultJson> for TelegramFault {
@@ -50,6 +53,7 @@ impl From<FaultJson> for TelegramFault {
                 TelegramFault::TooManyRequests { retry_after }
             }
             FaultJson::Status { code } => TelegramFault::Status(code),
+            FaultJson::Pass => TelegramFault::Pass,
             FaultJson::Conflict => TelegramFault::Conflict,
             FaultJson::Drop => TelegramFault::Drop,
         }
@@ -65,6 +69,7 @@ impl From<TelegramFault> for FaultJson {
             TelegramFault::Status(code) => FaultJson::Status { code },
             TelegramFault::Conflict => FaultJson::Conflict,
             TelegramFault::Drop => FaultJson::Drop,
+            TelegramFault::Pass => FaultJson::Pass,
         }
     }
 }
@@ -110,7 +115,8 @@ impl ApiError {
             TelegramFault::TooManyRequests { retry_after } => ApiError::flood(retry_after),
             TelegramFault::Conflict => ApiError::new(409, CONFLICT),
             TelegramFault::Status(code) => usual(code),
-            TelegramFault::Drop => return None,
+            // Filtered out where faults are taken: a passed call gets its usual answer.
+            TelegramFault::Drop | TelegramFault::Pass => return None,
         })
     }
 }

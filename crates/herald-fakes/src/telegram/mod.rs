@@ -238,6 +238,11 @@ impl FakeTelegram {
         state.faults.entry(method.to_ascii_lowercase()).or_default().push_back(fault);
     }
 
+    /// Drops every fault still queued.
+    pub fn clear_faults(&self) {
+        self.shared().lock().faults.clear();
+    }
+
     /// While offline, every Bot API request (held long polls too) ends without a response.
     pub fn set_offline(&self, offline: bool) {
         self.shared().offline.send_replace(offline);

@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::FakeTelegram;
-use super::faults::ApiError;
+use super::faults::{ApiError, TelegramFault};
 use super::params::Params;
 use super::records::RecordedRequest;
 use super::state::Shared;
@@ -95,7 +95,7 @@ async fn bot_api(
         if ctx.shared.is_offline() || token != FakeTelegram::TOKEN {
             None
         } else {
-            state.take_fault(&method)
+            state.take_fault(&method).filter(|fault| *fault != TelegramFault::Pass)
         }
     };
     if ctx.shared.is_offline() {
