@@ -23,7 +23,7 @@ use crate::salvage;
 /// The claim a replica holds while it polls: Telegram serves `getUpdates` to one client only.
 pub(crate) const POLLER_CLAIM: &str = "telegram:poller";
 
-/// What the gateway is told when another replica takes over polling.
+/// What the log says when another replica takes over polling.
 const LOST: &str = "another replica polls telegram now; this one still sends, and polls again \
                     when it holds the telegram:poller claim";
 
@@ -70,30 +70,23 @@ impl Poller {
             return Ok(());
         };
         let mut offset = parse_cursor(cursor);
-        let mut paused = false;
         loop {
             let claim = tokio::select! {
                 _ = self.link.shutdown.cancelled() => break,
                 claim = claims.hold(POLLER_CLAIM) => claim,
             };
-            // Polling again after a pause: the health that said "retrying" says so.
-            if std::mem::take(&mut paused) {
-                info!(bot = %me.username, "telegram polling resumed: this replica holds the poller claim");
-                if !self.link.emit(AdapterEvent::Connected { bot: me.username.clone() }).await {
-                    break;
-                }
-            }
+            info!(bot = %me.username, "telegram polling: this replica holds the poller claim");
             // A poller that lost its claim keeps its offset: below what the next poller
             // confirmed it is harmless (Telegram forgot those updates), and it is never above.
             match self.poll(&me, &mut offset, &claim).await {
                 Polled::Stopped => break,
                 Polled::Refused(detail) => return Err(unauthorized(detail)),
                 Polled::Lost => {
-                    paused = true;
+                    // Health follows what this replica does now: it sends, as a replica that
+                    // never polled does, so it stays connected. A store that cannot be reached
+                    // (what loses a claim) is reported as the store's own failure.
                     info!("telegram polling paused: {LOST}");
-                    let event =
-                        AdapterEvent::Retrying { error: LOST.to_owned(), retry_in: Duration::ZERO };
-                    if !self.link.emit(event).await {
+                    if !self.link.emit(AdapterEvent::Connected { bot: me.username.clone() }).await {
                         break;
                     }
                 }

@@ -576,3 +576,98 @@ async fn doctor_checks_the_postgres_connection_schema_and_extensions() {
     assert!(store.starts_with("FAIL"), "{text}");
     assert!(!text.contains("not-the-password") && !text.contains(&password), "{text}");
 }
+
+/// Ends every database connection that holds a claim or a session's lock (advisory locks).
+async fn cut_claim_connections(url: &str, password: &str) -> u64 {
+    use sqlx::ConnectOptions;
+    let options: sqlx::postgres::PgConnectOptions = url.parse().unwrap();
+    let mut conn = options.password(password).connect().await.unwrap();
+    let ended: Vec<bool> = sqlx::query_scalar(
+        "SELECT pg_terminate_backend(pid) FROM pg_locks
+         WHERE locktype = 'advisory' AND granted AND pid <> pg_backend_pid()",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    ended.len() as u64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_replica_whose_polling_another_took_over_reports_healthy() {
+    let (url, password) = Replicas::database().await;
+    let telegram = FakeTelegram::start().await;
+    let model = FakeModel::start().await;
+    let ports = [free_port(), free_port()];
+    let mut worlds = Vec::new();
+    let mut processes = Vec::new();
+    for port in ports {
+        let world = World::new();
+        let config = format!(
+            "[store]\nurl = \"{url}\"\n\
+             [model]\nbase_url = \"{}\"\nmodel = \"fake-model\"\n\
+             [gateway]\ndrain_timeout_s = 10\nhealth_listen = \"127.0.0.1:{port}\"\n{}",
+            model.base_url(),
+            telegram_section(&telegram, &[1001]),
+        );
+        std::fs::write(&world.config, config).unwrap();
+        processes.push(GatewayProcess::new(&world, &[("HERALD_STORE_PASSWORD", &password)]));
+        worlds.push(world);
+    }
+    let healthy = |port: u16| async move {
+        let response = reqwest::get(format!("http://127.0.0.1:{port}/healthz")).await;
+        match response {
+            Ok(response) => (response.status().as_u16(), response.text().await.unwrap_or_default()),
+            Err(e) => (0, e.to_string()),
+        }
+    };
+    // The first replica polls; the second only sends.
+    processes[0].launch(&worlds[0]);
+    let polls = || telegram.get_updates_offsets().len();
+    wait_for("the first replica never polled", || polls() > 0, &mut processes[0]).await;
+    processes[1].launch(&worlds[1]);
+    for (i, port) in ports.iter().enumerate() {
+        let started = Instant::now();
+        while healthy(*port).await.0 != 200 {
+            assert!(started.elapsed() < PATIENCE, "replica {i} never healthy");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    // The poller's claim goes with its connection; cut until the other replica, not the
+    // first one again, takes polling over.
+    let holds = |p: &GatewayProcess| p.logs().matches("holds the poller claim").count();
+    let started = Instant::now();
+    while holds(&processes[1]) == 0 {
+        assert!(started.elapsed() < PATIENCE, "no takeover: {}", processes[1].logs());
+        let before = holds(&processes[0]);
+        assert!(cut_claim_connections(&url, &password).await >= 1);
+        while holds(&processes[0]) == before && holds(&processes[1]) == 0 {
+            assert!(started.elapsed() < PATIENCE, "nobody polls: {}", processes[0].logs());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    telegram.dm(1001, "after the takeover");
+    let answered = || telegram.sent_to(1001).iter().any(|m| m.text == "echo: after the takeover");
+    wait_for("nobody answered after the takeover", answered, &mut processes[1]).await;
+    assert!(processes[0].logs().contains("telegram polling paused"), "{}", processes[0].logs());
+
+    // Both replicas do what they are responsible for now: both report healthy.
+    for (i, port) in ports.iter().enumerate() {
+        let started = Instant::now();
+        loop {
+            let (code, body) = healthy(*port).await;
+            if code == 200 {
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "replica {i} stayed unhealthy: {code} {body}\n{}",
+                processes[i].logs()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    for process in &mut processes {
+        assert_eq!(process.stop(PATIENCE).await, 0, "{}", process.logs());
+    }
+}
