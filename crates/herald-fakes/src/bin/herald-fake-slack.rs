@@ -25,6 +25,7 @@ user U0FAKEBOT), and
                         (kinds: rate_limited, status with status, error with error)
   POST /_fake/disconnect {\"reason\":\"refresh_requested\"}   (or warning, link_disabled)
   POST /_fake/drop, /_fake/silence, /_fake/down {\"seconds\":5}, /_fake/invalid_auth {\"invalid\":true}
+  POST /_fake/held      {\"count\":9}   (connections other processes hold; Slack keeps 10 per app)
 until SIGINT or SIGTERM.";
 
 /// The tokens from the environment, the defaults where unset; `Err` for one of the wrong kind.

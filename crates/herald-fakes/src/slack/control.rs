@@ -13,6 +13,8 @@
 //! - `POST /_fake/drop` (sockets dropped, no close frame), `POST /_fake/silence`
 //! - `POST /_fake/down {"seconds": 5}`: down a moment after answering, up again after that
 //! - `POST /_fake/invalid_auth {"invalid": true}`
+//! - `POST /_fake/held {"count": 9}`: connections other processes of the app hold, against
+//!   Slack's limit of 10
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -53,6 +55,7 @@ pub(crate) fn routes() -> Router<Ctx> {
         .route("/_fake/silence", post(silence))
         .route("/_fake/down", post(down))
         .route("/_fake/invalid_auth", post(invalid_auth))
+        .route("/_fake/held", post(held))
 }
 
 fn ok() -> Json<Value> {
@@ -125,8 +128,11 @@ async fn deliveries(State(ctx): State<Ctx>) -> Json<Vec<Delivery>> {
 
 async fn connections(State(ctx): State<Ctx>) -> Json<Value> {
     let open = ctx.shared.open.load(std::sync::atomic::Ordering::SeqCst);
-    let opened = ctx.shared.lock().connections_opened;
-    Json(json!({"open": open, "opened": opened}))
+    let state = ctx.shared.lock();
+    Json(json!({
+        "open": open, "opened": state.connections_opened, "held": state.held, "peak": state.peak,
+        "events": state.sockets,
+    }))
 }
 
 #[derive(Deserialize)]
@@ -201,5 +207,16 @@ struct InvalidAuth {
 
 async fn invalid_auth(State(ctx): State<Ctx>, Json(body): Json<InvalidAuth>) -> Json<Value> {
     ctx.shared.lock().invalid_auth = body.invalid;
+    ok()
+}
+
+#[derive(Deserialize)]
+struct Held {
+    count: usize,
+}
+
+async fn held(State(ctx): State<Ctx>, Json(body): Json<Held>) -> Json<Value> {
+    ctx.shared.lock().held = body.count;
+    ctx.shared.bump();
     ok()
 }

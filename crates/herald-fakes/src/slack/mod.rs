@@ -17,8 +17,12 @@
 //!   messages), edits and deletions; the bot's own posts come back as events, as on Slack.
 //! - Faults: [`FakeSlack::push_fault`] (429 with `Retry-After`, 5xx, any `error`),
 //!   [`FakeSlack::disconnect`], [`FakeSlack::drop_connections`] (no close frame),
-//!   [`FakeSlack::silence`] (pings unanswered), [`FakeSlack::down_for`],
-//!   [`FakeSlack::set_invalid_auth`].
+//!   [`FakeSlack::silence`] (nothing sent, pongs included, while the client's close is still
+//!   seen), [`FakeSlack::down_for`], [`FakeSlack::set_invalid_auth`].
+//! - Slack's limit of [`MAX_CONNECTIONS`] Socket Mode connections per app: the next gets a
+//!   `disconnect` (`too_many_websockets`) instead of `hello`; [`FakeSlack::hold_connections`]
+//!   stands for other processes holding some, and [`FakeSlack::socket_events`] lists every
+//!   connection opened, refused and closed, in order.
 //! - The same controls over HTTP under `/_fake/` for the `herald-fake-slack` binary (see
 //!   `control.rs`).
 //!
@@ -50,8 +54,11 @@ pub use methods::MAX_TEXT;
 pub use postman::MAX_RETRIES;
 use postman::{Command, Outbound};
 use server::Ctx;
+pub use socket::MAX_CONNECTIONS;
 use state::Shared;
-pub use state::{ACK_TIMEOUT, ApiCall, Delivery, Posted, Reaction, SlackFault, Updated};
+pub use state::{
+    ACK_TIMEOUT, ApiCall, Delivery, Posted, Reaction, SlackFault, SocketEvent, Updated,
+};
 
 /// Why Slack asks a Socket Mode client to go, in its `disconnect` message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
@@ -292,6 +299,23 @@ impl FakeSlack {
         self.inner.shared.lock().connections_opened
     }
 
+    /// The most Socket Mode connections that were open at once (held ones left out).
+    pub fn peak_connections(&self) -> usize {
+        self.inner.shared.lock().peak
+    }
+
+    /// Every Socket Mode connection opened, refused and closed, in order.
+    pub fn socket_events(&self) -> Vec<SocketEvent> {
+        self.inner.shared.lock().sockets.clone()
+    }
+
+    /// Counts `count` connections as held by other processes of the app, against Slack's limit
+    /// of [`MAX_CONNECTIONS`] (none by default).
+    pub fn hold_connections(&self, count: usize) {
+        self.inner.shared.lock().held = count;
+        self.inner.shared.bump();
+    }
+
     /// How long an envelope may go unacknowledged before its event is sent again (3 s on Slack),
     /// for envelopes sent from now on.
     pub fn set_ack_timeout(&self, timeout: Duration) {
@@ -328,7 +352,8 @@ impl FakeSlack {
         self.inner.shared.tell_postman(Command::Everyone(Outbound::Abort));
     }
 
-    /// Every open connection goes silent: no envelope, no pong, until the client gives it up.
+    /// Every open connection goes silent: no envelope, no ping, no pong, until the client
+    /// closes it.
     pub fn silence(&self) {
         self.inner.shared.tell_postman(Command::Everyone(Outbound::Silence));
     }

@@ -41,7 +41,8 @@ pub(crate) enum Outbound {
     Disconnect(String),
     /// Drop the socket without a close frame.
     Abort,
-    /// Stop reading and writing: pings go unanswered, as on a half-open socket.
+    /// Send nothing more, pongs included, as on a half-open socket; the client's close is
+    /// still seen.
     Silence,
 }
 

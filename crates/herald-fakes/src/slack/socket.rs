@@ -3,11 +3,17 @@
 //! connections, then the envelopes the postman hands this connection, and pings every
 //! [`PING_INTERVAL`]; it reads acknowledgements (`{"envelope_id": …}`) and answers pings
 //! (tungstenite does, as the socket is read).
+//!
+//! Slack keeps at most [`MAX_CONNECTIONS`] open for one app, whichever processes hold them
+//! ([`super::FakeSlack::hold_connections`] stands for the others): `apps.connections.open`
+//! still answers a URL, and the connection past the limit gets, instead of `hello`, a
+//! `disconnect` with the reason `too_many_websockets`, and is closed.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use axum::Extension;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
@@ -19,8 +25,11 @@ use tokio::time::Instant;
 use super::FakeSlack;
 use super::postman::{Command, Outbound};
 use super::server::Ctx;
-use super::state::now_ms;
+use super::state::{SocketEvent, now_ms};
+use crate::accept::Mute;
 
+/// The most Socket Mode connections Slack keeps open for one app.
+pub const MAX_CONNECTIONS: usize = 10;
 /// How often the fake pings each connection, as Slack's servers do.
 pub const PING_INTERVAL: Duration = Duration::from_secs(10);
 /// How long a connection stays open after its `disconnect` message (the client should have
@@ -31,6 +40,7 @@ const SILENCE: Duration = Duration::from_secs(120);
 
 pub(crate) async fn upgrade(
     State(ctx): State<Ctx>,
+    Extension(mute): Extension<Mute>,
     Query(query): Query<HashMap<String, String>>,
     ws: WebSocketUpgrade,
 ) -> Response {
@@ -46,13 +56,42 @@ pub(crate) async fn upgrade(
     if !valid {
         return (StatusCode::UNAUTHORIZED, "invalid or used ticket").into_response();
     }
-    ws.on_upgrade(move |socket| async move {
-        let open = ctx.shared.open.fetch_add(1, Ordering::SeqCst) + 1;
-        serve(socket, &ctx, id, open).await;
+    ws.on_upgrade(move |mut socket| async move {
+        let Some(open) = admit(&ctx, id) else {
+            refuse(&mut socket, id).await;
+            return;
+        };
+        serve(socket, &ctx, id, open, &mute).await;
         ctx.shared.open.fetch_sub(1, Ordering::SeqCst);
+        ctx.shared.lock().sockets.push(SocketEvent::Closed { connection: id });
         ctx.shared.tell_postman(Command::Closed(id));
         ctx.shared.bump();
     })
+}
+
+/// Counts connection `id` as open and returns how many are, or `None` past the app's limit;
+/// under the lock, so that two connections at once never both take the last place.
+fn admit(ctx: &Ctx, id: u64) -> Option<usize> {
+    let mut state = ctx.shared.lock();
+    let mine = ctx.shared.open.load(Ordering::SeqCst);
+    if mine + state.held >= MAX_CONNECTIONS {
+        state.sockets.push(SocketEvent::Refused { connection: id });
+        drop(state);
+        ctx.shared.bump();
+        return None;
+    }
+    ctx.shared.open.store(mine + 1, Ordering::SeqCst);
+    state.peak = state.peak.max(mine + 1);
+    state.sockets.push(SocketEvent::Opened { connection: id });
+    Some(mine + 1 + state.held)
+}
+
+/// What Slack sends a connection past the limit, in place of `hello`.
+async fn refuse(socket: &mut WebSocket, id: u64) {
+    let message = json!({"type": "disconnect", "reason": "too_many_websockets", "debug_info": debug_info(id)});
+    if send(socket, &message).await {
+        let _ = socket.send(Message::Close(None)).await;
+    }
 }
 
 async fn send(socket: &mut WebSocket, payload: &Value) -> bool {
@@ -63,7 +102,7 @@ fn debug_info(id: u64) -> Value {
     json!({"host": format!("applink-fake-{id}"), "build_number": 1, "approximate_connection_time": 18060})
 }
 
-async fn serve(mut socket: WebSocket, ctx: &Ctx, id: u64, open: usize) {
+async fn serve(mut socket: WebSocket, ctx: &Ctx, id: u64, open: usize, mute: &Mute) {
     let mut down = ctx.shared.down.subscribe();
     let hello = json!({
         "type": "hello",
@@ -109,7 +148,8 @@ async fn serve(mut socket: WebSocket, ctx: &Ctx, id: u64, open: usize) {
                 }
                 Some(Outbound::Abort) | None => return,
                 Some(Outbound::Silence) => {
-                    silent(ctx, &mut down).await;
+                    mute.set();
+                    silent(&mut socket, ctx, &mut down).await;
                     return;
                 }
             },
@@ -122,13 +162,22 @@ async fn serve(mut socket: WebSocket, ctx: &Ctx, id: u64, open: usize) {
     }
 }
 
-/// Neither reads nor writes until the fake stops or goes down, or [`SILENCE`] passes: the
-/// client's pings go unanswered, as on a half-open socket.
-async fn silent(ctx: &Ctx, down: &mut tokio::sync::watch::Receiver<bool>) {
-    tokio::select! {
-        () = ctx.shutdown.cancelled() => {}
-        _ = down.wait_for(|down| *down) => {}
-        () = tokio::time::sleep(SILENCE) => {}
+/// Neither sends nor reads anything more (the connection is muted: not even a pong goes out)
+/// until the client closes the TCP connection, the fake stops or goes down, or [`SILENCE`]
+/// passes. A close frame alone does not end it: a hung server never reads one.
+async fn silent(socket: &mut WebSocket, ctx: &Ctx, down: &mut tokio::sync::watch::Receiver<bool>) {
+    let lingering = tokio::time::sleep(SILENCE);
+    tokio::pin!(lingering);
+    loop {
+        tokio::select! {
+            () = ctx.shutdown.cancelled() => return,
+            _ = down.wait_for(|down| *down) => return,
+            () = &mut lingering => return,
+            frame = socket.recv() => match frame {
+                Some(Ok(_)) => {}
+                Some(Err(_)) | None => return,
+            },
+        }
     }
 }
 

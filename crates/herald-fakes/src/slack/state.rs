@@ -100,6 +100,27 @@ impl Delivery {
     }
 }
 
+/// What happened to one Socket Mode connection, in the order the fake saw it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum SocketEvent {
+    /// The connection said hello and counts against the app's limit.
+    Opened {
+        /// The connection (counted from 1, as in [`Delivery::connection`]).
+        connection: u64,
+    },
+    /// The connection was refused with a `too_many_websockets` disconnect.
+    Refused {
+        /// The connection.
+        connection: u64,
+    },
+    /// The connection ended, whoever closed it.
+    Closed {
+        /// The connection.
+        connection: u64,
+    },
+}
+
 /// A fault for the next call of a Web API method, answered after the token is checked.
 #[derive(Clone, Debug, Deserialize, PartialEq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -179,6 +200,13 @@ pub(crate) struct State {
     /// Socket Mode tickets given by `apps.connections.open` and not yet used.
     pub tickets: HashSet<String>,
     pub connections_opened: u64,
+    /// Socket Mode connections that other processes of the app hold: they count against
+    /// Slack's limit of [`super::MAX_CONNECTIONS`].
+    pub held: usize,
+    /// The most connections open at once, held ones left out.
+    pub peak: usize,
+    /// Every connection opened, refused and closed, in order.
+    pub sockets: Vec<SocketEvent>,
     /// Whether the bot's own posts come back as `message` events, as on Slack.
     pub echo_own_posts: bool,
 }
@@ -204,6 +232,9 @@ impl Default for State {
             ack_timeout: ACK_TIMEOUT,
             tickets: HashSet::new(),
             connections_opened: 0,
+            held: 0,
+            peak: 0,
+            sockets: Vec::new(),
             echo_own_posts: true,
         }
     }
