@@ -1,37 +1,26 @@
 //! The adapter's run loop: both tokens checked (`auth.test`, `apps.connections.open`), the
-//! Socket Mode listener started (slack-morphism keeps its connections and reconnects them),
-//! and the senders serving the outbound channel until the gateway drops it.
+//! Socket Mode connections kept (see `socket.rs`), and the senders serving the outbound
+//! channel until the gateway drops it.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use herald_core::{AdapterContext, AdapterError, AdapterEvent, Platform, backoff, serve_outbound};
 use hyper_rustls::HttpsConnectorBuilder;
 use slack_morphism::api::SlackApiAppsConnectionOpenRequest;
-use slack_morphism::events::SlackPushEventCallback;
 use slack_morphism::hyper_tokio::{SlackClientHyperConnector, SlackHyperClient};
-use slack_morphism::listener::{
-    HttpStatusCode, SlackClientEventsListenerEnvironment, SlackClientEventsUserState,
-};
 use slack_morphism::prelude::ValueStruct;
-use slack_morphism::{
-    SlackApiToken, SlackApiTokenValue, SlackClient, SlackClientSocketModeConfig,
-    SlackClientSocketModeListener, SlackSocketModeListenerCallbacks, UserCallbackResult,
-};
+use slack_morphism::{SlackApiToken, SlackApiTokenValue, SlackClient};
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::SlackSettings;
 use crate::error::{Failure, Secrets, classify};
-use crate::intake::{Bot, Intake, Unsettled};
+use crate::intake::{Bot, Intake};
 use crate::send::Sender;
+use crate::socket::Sockets;
 
 /// How many outbound requests run at once.
 const MAX_CONCURRENT_SENDS: usize = 32;
-/// How often a Socket Mode connection is pinged; three unanswered pings give it up.
-const PING_EVERY_S: u64 = 5;
-/// The longest slack-morphism waits between two attempts to open a lost connection.
-const RECONNECT_CAP_S: u64 = 5;
 
 /// Errors Slack answers for a token that no retry will mend.
 const REFUSED_TOKEN: [&str; 6] = [
@@ -42,9 +31,6 @@ const REFUSED_TOKEN: [&str; 6] = [
     "token_expired",
     "not_allowed_token_type",
 ];
-
-/// Slack opens at most this many Socket Mode connections for one app.
-const MAX_CONNECTIONS: u32 = 10;
 
 /// Runs until `shutdown` is cancelled and every outbound sender is dropped.
 #[tracing::instrument(name = "slack", skip_all)]
@@ -67,25 +53,14 @@ pub(crate) async fn run(
     info!(bot = %bot.name, user = %bot.user, "slack tokens accepted");
 
     let intake = Arc::new(Intake::new(&settings, bot, events, shutdown.clone()));
-    let environment = SlackClientEventsListenerEnvironment::new(client.clone())
-        .with_error_handler(on_error)
-        .with_user_state(intake.clone());
-    let callbacks = SlackSocketModeListenerCallbacks::new()
-        .with_hello_events(on_hello)
-        .with_push_events(on_push);
-    let reconnect = settings.max_backoff.as_secs().clamp(1, RECONNECT_CAP_S);
-    let config = SlackClientSocketModeConfig::new()
-        .with_max_connections_count(settings.socket_connections.clamp(1, MAX_CONNECTIONS))
-        .with_initial_backoff_in_seconds(1)
-        .with_reconnect_timeout_in_seconds(reconnect)
-        .with_ping_interval_in_seconds(PING_EVERY_S)
-        .with_ping_failure_threshold_times(3);
-    let listener = SlackClientSocketModeListener::new(&config, Arc::new(environment), callbacks);
-    listener
-        .listen_for(&app_token)
-        .await
-        .map_err(|e| AdapterError::Other(secrets.scrub(&format!("socket mode: {e}"))))?;
-    listener.start().await;
+    let sockets = Arc::new(Sockets::new(
+        client.clone(),
+        app_token,
+        intake.clone(),
+        secrets.clone(),
+        &settings,
+    ));
+    let connections = settings.socket_connections;
 
     let sender = Sender {
         client,
@@ -94,15 +69,10 @@ pub(crate) async fn run(
         settings: Arc::new(settings),
         secrets,
     };
-    let closed = CancellationToken::new();
-    let listening = async {
-        tokio::select! {
-            () = shutdown.cancelled() => {}
-            () = closed.cancelled() => {}
-        }
-        // Stop taking events; what is unacknowledged comes again at the next start.
-        listener.shutdown().await;
-    };
+    // Events stop at the stop, or once the gateway is gone; what is unacknowledged comes
+    // again at the next start.
+    let closed = shutdown.child_token();
+    let listening = sockets.run(connections, closed.clone());
     let serving = async {
         let serving = serve_outbound(outbound, MAX_CONCURRENT_SENDS, move |request| {
             let sender = sender.clone();
@@ -220,56 +190,4 @@ impl Checks<'_> {
             }
         }
     }
-}
-
-/// The intake kept in the listener's user state.
-async fn intake_of(states: &SlackClientEventsUserState) -> Option<Arc<Intake>> {
-    states.read().await.get_user_state::<Arc<Intake>>().cloned()
-}
-
-async fn on_push(
-    event: SlackPushEventCallback,
-    _client: Arc<SlackHyperClient>,
-    states: SlackClientEventsUserState,
-) -> UserCallbackResult<()> {
-    let Some(intake) = intake_of(&states).await else { return Ok(()) };
-    intake.handle(event).await.map_err(|e| Box::new(e) as _)
-}
-
-/// Slack's `hello` on a new connection. Generic because slack-morphism does not export the
-/// event's type by a path that resolves; its JSON form says how many connections are open.
-async fn on_hello<E: serde::Serialize>(
-    hello: E,
-    _client: Arc<SlackHyperClient>,
-    states: SlackClientEventsUserState,
-) {
-    let Some(intake) = intake_of(&states).await else { return };
-    let connections = serde_json::to_value(&hello).ok().and_then(|h| h["num_connections"].as_u64());
-    info!(connections, "socket mode connection opened");
-    let connected = AdapterEvent::Connected { bot: intake.bot.name.clone() };
-    let _ = intake.events.send(connected).await;
-}
-
-/// slack-morphism's error handler, for two things: an envelope whose message was not settled
-/// in time (answered "not acknowledged", so Slack delivers it again) and a connection that
-/// failed (reported; slack-morphism opens a new one).
-fn on_error(
-    error: Box<dyn std::error::Error + Send + Sync>,
-    _client: Arc<SlackHyperClient>,
-    states: SlackClientEventsUserState,
-) -> HttpStatusCode {
-    let unsettled = error.downcast_ref::<Unsettled>().is_some();
-    let Ok(state) = states.try_read() else { return HttpStatusCode::SERVICE_UNAVAILABLE };
-    let Some(intake) = state.get_user_state::<Arc<Intake>>() else {
-        return HttpStatusCode::SERVICE_UNAVAILABLE;
-    };
-    if unsettled {
-        warn!(%error, "an event was left unacknowledged");
-    } else if !intake.shutdown.is_cancelled() {
-        let error = format!("socket mode: {}", error.to_string().lines().next().unwrap_or(""));
-        warn!(%error, "a socket mode connection failed; reconnecting");
-        let retry_in = Duration::from_secs(1);
-        let _ = intake.events.try_send(AdapterEvent::Retrying { error, retry_in });
-    }
-    HttpStatusCode::SERVICE_UNAVAILABLE
 }

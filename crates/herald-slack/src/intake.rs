@@ -41,7 +41,7 @@ pub(crate) struct Unsettled(pub(crate) String);
 
 /// What became of an offered message: `None` while the gateway has it, then whether it was
 /// kept (stored or deliberately ignored) or dropped unsettled.
-type Settlement = watch::Receiver<Option<bool>>;
+pub(crate) type Settlement = watch::Receiver<Option<bool>>;
 
 /// A map that forgets its oldest entries past [`REMEMBERED`].
 #[derive(Debug)]
@@ -164,21 +164,35 @@ impl Intake {
     }
 
     /// Handles one event; `Ok` acknowledges its envelope, `Err` leaves it to Slack's redelivery.
+    #[cfg(test)]
     pub(crate) async fn handle(
         self: &std::sync::Arc<Self>,
         callback: SlackPushEventCallback,
     ) -> Result<(), Unsettled> {
+        match self.offer(callback).await? {
+            None => Ok(()),
+            Some(settlement) => self.wait(settlement).await,
+        }
+    }
+
+    /// Offers one event to the gateway: `None` when its envelope may be acknowledged at once,
+    /// or what to wait for ([`Intake::wait`]) before it is; `Err` leaves it to Slack's
+    /// redelivery. Offered in the order the events come; the waits may overlap.
+    pub(crate) async fn offer(
+        self: &std::sync::Arc<Self>,
+        callback: SlackPushEventCallback,
+    ) -> Result<Option<Settlement>, Unsettled> {
         if self.shutdown.is_cancelled() {
             return Err(Unsettled("the adapter is stopping; the next start takes it".into()));
         }
         match self.decide(callback) {
-            Decision::Done => Ok(()),
-            Decision::Wait(settlement) => self.wait(settlement).await,
+            Decision::Done => Ok(None),
+            Decision::Wait(settlement) => Ok(Some(settlement)),
             Decision::Offer(inbound, settlement) => {
                 if self.events.send(AdapterEvent::Inbound(*inbound)).await.is_err() {
                     return Err(Unsettled("the gateway is gone".into()));
                 }
-                self.wait(settlement).await
+                Ok(Some(settlement))
             }
         }
     }
@@ -232,8 +246,8 @@ impl Intake {
         publish.send_replace(Some(kept));
     }
 
-    /// Waits at most `ack_wait` for `settlement`.
-    async fn wait(&self, mut settlement: Settlement) -> Result<(), Unsettled> {
+    /// Waits at most `ack_wait` for `settlement`: `Ok` acknowledges the envelope.
+    pub(crate) async fn wait(&self, mut settlement: Settlement) -> Result<(), Unsettled> {
         let settled = tokio::time::timeout(self.ack_wait, settlement.wait_for(Option::is_some))
             .await
             .map(|seen| seen.map(|value| *value));

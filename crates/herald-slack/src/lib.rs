@@ -1,6 +1,7 @@
 //! herald's Slack adapter: Socket Mode and the Web API through slack-morphism.
 //!
-//! Events arrive as `events_api` envelopes on Socket Mode connections; an envelope is
+//! Events arrive as `events_api` envelopes on Socket Mode connections, which the adapter keeps
+//! itself (slack-morphism serves the Web API and the event types); an envelope is
 //! acknowledged only once the gateway settled its message (stored, or deliberately ignored),
 //! and at most [`SlackSettings::ack_wait`] after it came, inside Slack's 3 s: a message not
 //! settled by then is left to Slack's redelivery, which the dedupe answers once. Replies are
@@ -29,6 +30,7 @@ mod error;
 mod intake;
 mod markup;
 mod send;
+mod socket;
 
 use std::time::Duration;
 
@@ -43,6 +45,14 @@ pub const MAX_MESSAGE_LEN: usize = 4000;
 
 /// The Web API Slack itself serves.
 pub const SLACK_API_URL: &str = "https://slack.com/api";
+
+/// The most Socket Mode connections Slack keeps open for one app, across all its processes:
+/// Slack refuses the next with a `too_many_websockets` disconnect.
+pub const MAX_SOCKET_CONNECTIONS: u32 = 10;
+
+/// Socket Mode connections per process by default: one to cover the other while Slack
+/// refreshes it, and room for several replicas within [`MAX_SOCKET_CONNECTIONS`].
+pub const DEFAULT_SOCKET_CONNECTIONS: u32 = 2;
 
 /// How the adapter reaches Slack and how it behaves.
 #[derive(Clone)]
@@ -65,10 +75,9 @@ pub struct SlackSettings {
     /// How long an envelope waits for its message to be settled before it is left
     /// unacknowledged for Slack to deliver again (Slack waits 3 s).
     pub ack_wait: Duration,
-    /// How many Socket Mode connections to keep open (Slack allows 10). slack-morphism reads a
-    /// connection's next envelope only once the last one's callback returned, and a callback
-    /// returns when its message is stored: the connections are how many envelopes are stored
-    /// at once.
+    /// How many Socket Mode connections this process keeps open, 1 to
+    /// [`MAX_SOCKET_CONNECTIONS`]; never more at once, and every replica counts against
+    /// Slack's limit for the app.
     pub socket_connections: u32,
     /// How many times one message is tried before the send fails.
     pub send_attempts: u32,
@@ -78,7 +87,8 @@ pub struct SlackSettings {
 
 impl SlackSettings {
     /// Settings with the defaults: Slack itself, answers in threads that mentions continue
-    /// without a new mention, 2.5 s acknowledgement wait, 5 send attempts, 30 s backoff cap.
+    /// without a new mention, 2.5 s acknowledgement wait, two Socket Mode connections, 5 send
+    /// attempts, 30 s backoff cap.
     pub fn new(bot_token: impl Into<String>, app_token: impl Into<String>) -> Self {
         SlackSettings {
             bot_token: bot_token.into(),
@@ -89,7 +99,7 @@ impl SlackSettings {
             reply_in_thread: true,
             thread_follow_ups: true,
             ack_wait: Duration::from_millis(2500),
-            socket_connections: 6,
+            socket_connections: DEFAULT_SOCKET_CONNECTIONS,
             send_attempts: 5,
             max_backoff: Duration::from_secs(30),
         }

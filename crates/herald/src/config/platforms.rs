@@ -245,6 +245,9 @@ pub struct SlackConfig {
     pub reply_in_thread: bool,
     /// Messages in a thread the bot answered in need no new mention.
     pub thread_follow_ups: bool,
+    /// Socket Mode connections this process keeps open, 1 to 10; replicas × this must stay
+    /// within Slack's 10 per app.
+    pub socket_connections: u32,
 }
 
 impl Default for SlackConfig {
@@ -259,6 +262,7 @@ impl Default for SlackConfig {
             allowed_channels: Vec::new(),
             reply_in_thread: true,
             thread_follow_ups: true,
+            socket_connections: herald_slack::DEFAULT_SOCKET_CONNECTIONS,
         }
     }
 }
@@ -290,6 +294,7 @@ impl SlackConfig {
             app_token_env: self.app_token_env.clone(),
             reply_in_thread: self.reply_in_thread,
             thread_follow_ups: self.thread_follow_ups,
+            socket_connections: self.socket_connections,
             ..SlackSettings::new(bot_token.expose(), app_token.expose())
         }
     }

@@ -217,6 +217,17 @@ pub(crate) fn check(config: &Config, file: &Path, source: &str) -> Result<(), Co
             ));
         }
         channels("slack.allowed_channels", &s.allowed_channels, "C0123456789")?;
+        let most = herald_slack::MAX_SOCKET_CONNECTIONS;
+        if !(1..=most).contains(&s.socket_connections) {
+            return Err(at(
+                "slack.socket_connections",
+                format!(
+                    "is {}; Slack keeps 1 to {most} Socket Mode connections per app, and \
+                     replicas x socket_connections must stay within {most}",
+                    s.socket_connections
+                ),
+            ));
+        }
     }
     Ok(())
 }

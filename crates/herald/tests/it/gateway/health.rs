@@ -8,12 +8,12 @@ use serde_json::Value;
 use super::Daemon;
 
 /// A port nobody listens on right now.
-fn free_port() -> u16 {
+pub(super) fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.local_addr().unwrap().port()
 }
 
-async fn get(url: &str) -> (u16, String, String) {
+pub(super) async fn get(url: &str) -> (u16, String, String) {
     let response = reqwest::get(url).await.unwrap();
     let status = response.status().as_u16();
     let kind = response

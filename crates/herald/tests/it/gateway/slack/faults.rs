@@ -1,12 +1,87 @@
-//! Slack misbehaving under the daemon: rate limits, connections going away, the whole service
-//! down for a while, and tokens refused while another platform goes on.
+//! Slack misbehaving under the daemon: rate limits, connections going away, refused or gone
+//! silent, the whole service down for a while, and tokens refused while another platform goes
+//! on.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use herald_fakes::slack::{DisconnectReason, FakeSlack, SlackFault};
+use herald_fakes::slack::{DisconnectReason, FakeSlack, MAX_CONNECTIONS, SlackFault, SocketEvent};
+use serde_json::Value;
 
+use super::super::health::{free_port, get};
 use super::super::settle;
-use super::{SlackDaemon, texts, user};
+use super::{PATIENCE, SlackDaemon, texts, user};
+
+/// Polls `/healthz` at `base` until Slack's state there is `state`.
+async fn slack_health(d: &SlackDaemon, base: &str, state: &str) -> Value {
+    let started = Instant::now();
+    loop {
+        let (_, _, body) = get(&format!("{base}/healthz")).await;
+        let body: Value = serde_json::from_str(&body).unwrap();
+        if body["platforms"]["slack"]["state"] == state {
+            return body;
+        }
+        assert!(started.elapsed() < PATIENCE, "/healthz never said {state}: {body}\n{}", d.logs());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn slack_refused_connections_back_off_and_healthz_says_retrying() {
+    // Other replicas hold every connection Slack allows the app.
+    let slack = FakeSlack::start().await;
+    slack.hold_connections(MAX_CONNECTIONS);
+    let port = free_port();
+    let health = format!("health_listen = \"127.0.0.1:{port}\"\n");
+    let mut d = SlackDaemon::launch(slack, &health, "socket_connections = 2\n").await;
+    let base = format!("http://127.0.0.1:{port}");
+    let refused = |fake: &FakeSlack| {
+        fake.socket_events().iter().filter(|e| matches!(e, SocketEvent::Refused { .. })).count()
+    };
+    assert!(d.slack.wait_for(PATIENCE, |fake| refused(fake) >= 2).await, "{}", d.logs());
+    let body = slack_health(&d, &base, "retrying").await;
+    assert!(body["platforms"]["slack"]["error"].as_str().unwrap().contains("too_many_websockets"));
+
+    // A while of refusals: each try waits longer than the last, so few are made.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let opens = d.slack.calls_of("apps.connections.open").len();
+    assert!(opens <= 16, "{opens} apps.connections.open calls in 5 s of refusals\n{}", d.logs());
+    slack_health(&d, &base, "retrying").await;
+
+    // Two places free up: both are taken, and never more.
+    d.slack.hold_connections(MAX_CONNECTIONS - 2);
+    let both = |fake: &FakeSlack| fake.open_connections() == 2;
+    assert!(d.slack.wait_for(Duration::from_secs(30), both).await, "{}", d.logs());
+    slack_health(&d, &base, "connected").await;
+    let dm = FakeSlack::dm_channel(&user(1));
+    d.slack.dm(&user(1), "room again");
+    assert_eq!(texts(&d.replies(&dm, 1).await), ["echo: room again"]);
+    assert_eq!(d.slack.peak_connections(), 2, "{:#?}", d.slack.socket_events());
+    assert_eq!(d.stop().await, 0, "{}", d.logs());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn slack_a_silent_socket_is_closed_before_its_replacement_opens() {
+    let mut d = SlackDaemon::start_with("socket_connections = 1\n", &[], false).await;
+    let before = d.slack.socket_events().len();
+    d.slack.silence();
+    let replaced = |fake: &FakeSlack| {
+        fake.socket_events()[before..].iter().any(|e| matches!(e, SocketEvent::Opened { .. }))
+    };
+    assert!(d.slack.wait_for(Duration::from_secs(60), replaced).await, "{}", d.logs());
+    let events = d.slack.socket_events();
+    let Some(SocketEvent::Opened { connection: silent }) = events[..before].last().cloned() else {
+        panic!("the silenced connection was the last opened: {events:#?}");
+    };
+    let after = &events[before..];
+    let closed = after.iter().position(|e| *e == SocketEvent::Closed { connection: silent });
+    let opened = after.iter().position(|e| matches!(e, SocketEvent::Opened { .. }));
+    assert!(closed.is_some() && closed < opened, "closed after the replacement: {events:#?}");
+    assert_eq!(d.slack.peak_connections(), 1, "{events:#?}");
+    let dm = FakeSlack::dm_channel(&user(1));
+    d.slack.dm(&user(1), "still listening?");
+    assert_eq!(texts(&d.replies(&dm, 1).await), ["echo: still listening?"]);
+    assert_eq!(d.stop().await, 0, "{}", d.logs());
+}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn slack_a_rate_limited_answer_is_posted_once_after_the_wait() {

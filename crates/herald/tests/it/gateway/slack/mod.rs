@@ -54,6 +54,27 @@ impl SlackDaemon {
         telegram: bool,
     ) -> SlackDaemon {
         let slack = FakeSlack::start().await;
+        let mut daemon = SlackDaemon::prepare(slack, "", extra_slack, env, telegram).await;
+        daemon.spawn().await;
+        daemon
+    }
+
+    /// A gateway against `slack` as the test set it up (connections held by others, say),
+    /// with `extra_gateway` in `[gateway]` and `extra_slack` in `[slack]`; started without
+    /// waiting for a connection.
+    pub async fn launch(slack: FakeSlack, extra_gateway: &str, extra_slack: &str) -> SlackDaemon {
+        let mut daemon = SlackDaemon::prepare(slack, extra_gateway, extra_slack, &[], false).await;
+        daemon.process.launch(&daemon.world);
+        daemon
+    }
+
+    async fn prepare(
+        slack: FakeSlack,
+        extra_gateway: &str,
+        extra_slack: &str,
+        env: &[(&str, &str)],
+        telegram: bool,
+    ) -> SlackDaemon {
         let model = FakeModel::start().await;
         let telegram = match telegram {
             true => Some(FakeTelegram::start().await),
@@ -62,7 +83,7 @@ impl SlackDaemon {
         let users: Vec<String> = (0..60).map(user).collect();
         let mut config = format!(
             "[model]\nbase_url = \"{}\"\nmodel = \"fake-model\"\nrequest_timeout_s = 5\n\
-             [gateway]\ndrain_timeout_s = 10\n{}{extra_slack}\n",
+             [gateway]\ndrain_timeout_s = 10\n{extra_gateway}\n{}{extra_slack}\n",
             model.base_url(),
             slack_section(&slack, &users),
         );
@@ -71,9 +92,7 @@ impl SlackDaemon {
         }
         let world = World::with_config(&config);
         let process = GatewayProcess::new(&world, env);
-        let mut daemon = SlackDaemon { world, slack, model, telegram, process };
-        daemon.spawn().await;
-        daemon
+        SlackDaemon { world, slack, model, telegram, process }
     }
 
     /// Starts the gateway process and waits until it is connected (see [`Self::start_with`]).
