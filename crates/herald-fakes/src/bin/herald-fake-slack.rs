@@ -10,7 +10,8 @@ use herald_fakes::slack::{FakeSlack, Tokens};
 const USAGE: &str = "usage: herald-fake-slack [--listen ADDR]   (default 127.0.0.1:8083; port 0 picks one)
 
 Serves Slack's Web API at /api/{method} (auth.test, apps.connections.open, chat.postMessage,
-chat.update, reactions.add, reactions.remove, conversations.info, assistant.threads.setStatus)
+chat.update, reactions.add, reactions.remove, conversations.info, conversations.history,
+conversations.replies, assistant.threads.setStatus)
 and Socket Mode at the URL apps.connections.open returns, for the bot token
 xoxb-fake-slack-token and the app token xapp-fake-slack-token (set others with
 HERALD_FAKE_SLACK_BOT_TOKEN and HERALD_FAKE_SLACK_APP_TOKEN; the bot is herald_test_bot,
@@ -22,7 +23,7 @@ user U0FAKEBOT), and
        /_fake/deliveries (envelopes and their acknowledgements), /_fake/connections
   POST /_fake/ack_timeout {\"ms\":3000}   (redelivery after that long without an acknowledgement)
   POST /_fake/fault     {\"method\":\"chat.postMessage\",\"fault\":{\"kind\":\"rate_limited\",\"retry_after\":1},\"times\":1}
-                        (kinds: rate_limited, status with status, error with error)
+                        (kinds: rate_limited, status or status_after with status, error with error)
   POST /_fake/disconnect {\"reason\":\"refresh_requested\"}   (or warning, link_disabled)
   POST /_fake/drop, /_fake/silence, /_fake/down {\"seconds\":5}, /_fake/invalid_auth {\"invalid\":true}
   POST /_fake/held      {\"count\":9}   (connections other processes hold; Slack keeps 10 per app)

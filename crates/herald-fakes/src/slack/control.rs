@@ -7,8 +7,9 @@
 //!   `/_fake/calls` (`?method=chat.postMessage`), `/_fake/deliveries`, `/_fake/connections`
 //! - `POST /_fake/ack_timeout {"ms": 200}`
 //! - `POST /_fake/fault {"method": "chat.postMessage", "fault": {"kind": "rate_limited",
-//!   "retry_after": 1}, "times": 2}` (kinds: `rate_limited`, `status` with `status`, `error`
-//!   with `error`; `times` defaults to 1)
+//!   "retry_after": 1}, "times": 2}` (kinds: `rate_limited`, `status` with `status`,
+//!   `status_after` with `status` (carried out, then answered so), `error` with `error`;
+//!   `times` defaults to 1)
 //! - `POST /_fake/disconnect {"reason": "refresh_requested"}` (or `warning`, `link_disabled`)
 //! - `POST /_fake/drop` (sockets dropped, no close frame), `POST /_fake/silence`
 //! - `POST /_fake/down {"seconds": 5}`: down a moment after answering, up again after that

@@ -132,6 +132,7 @@ impl Shared {
             text: text.clone(),
             deleted: false,
             reactions: Vec::new(),
+            metadata: None,
         });
         let mut events = vec![message];
         // Slack sends `app_mention` for mentions in conversations the app is in, not in DMs.

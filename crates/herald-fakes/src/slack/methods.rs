@@ -3,7 +3,8 @@
 //! `no_text`, `msg_too_long` past [`MAX_TEXT`] characters, `invalid_blocks_format`,
 //! `message_not_found`, `cant_update_message`), `reactions.add` and `reactions.remove`
 //! (`invalid_name`, `no_item_specified`, `bad_timestamp`, `message_not_found`,
-//! `already_reacted`, `no_reaction`), `conversations.info` and `assistant.threads.setStatus`.
+//! `already_reacted`, `no_reaction`), `conversations.info` and `assistant.threads.setStatus`;
+//! `conversations.history` and `conversations.replies` are in `history.rs`.
 
 use axum::Json;
 use axum::response::{IntoResponse, Response};
@@ -30,6 +31,9 @@ pub(crate) fn answer(ctx: &Ctx, method: &str, _caller: Caller, args: &Args) -> R
         "reactions.remove" => react(ctx, args, false),
         "conversations.info" => conversations_info(ctx, args),
         "assistant.threads.setStatus" => set_status(ctx, args),
+        "conversations.history" | "conversations.replies" => {
+            return super::history::answer(ctx, method, args);
+        }
         _ => Err("unknown_method"),
     };
     match answered {
@@ -112,8 +116,23 @@ fn own_event(stored: &Stored) -> Value {
     event
 }
 
+/// A message's `metadata` as Slack takes it: an object with a non-empty `event_type` and, if
+/// any, an object `event_payload`.
+fn metadata(args: &Args) -> Result<Option<Value>, &'static str> {
+    let Some(metadata) = args.json("metadata").map_err(|()| "invalid_metadata_format")? else {
+        return Ok(None);
+    };
+    let typed = metadata["event_type"].as_str().is_some_and(|t| !t.is_empty());
+    let payload = metadata.get("event_payload").is_none_or(Value::is_object);
+    if !metadata.is_object() || !typed || !payload {
+        return Err("invalid_metadata_format");
+    }
+    Ok(Some(metadata))
+}
+
 fn post_message(ctx: &Ctx, args: &Args) -> Result<Value, &'static str> {
     let (text, blocks) = content(args)?;
+    let metadata = metadata(args)?;
     let thread_ts = args.required("thread_ts");
     let mut state = ctx.shared.lock();
     let channel = resolve(&mut state, args.required("channel"))?;
@@ -130,6 +149,7 @@ fn post_message(ctx: &Ctx, args: &Args) -> Result<Value, &'static str> {
         text: text.clone(),
         deleted: false,
         reactions: Vec::new(),
+        metadata: metadata.clone(),
     };
     let mut message = stored_message(&stored);
     if let Some(blocks) = &blocks {
@@ -145,6 +165,7 @@ fn post_message(ctx: &Ctx, args: &Args) -> Result<Value, &'static str> {
         text,
         blocks,
         mrkdwn: args.flag("mrkdwn"),
+        metadata,
     });
     ctx.shared.echo(&mut state, event);
     Ok(json!({"ok": true, "channel": channel, "ts": ts, "message": message}))

@@ -2,10 +2,11 @@
 //! documented protocol, for herald's Slack adapter (slack-morphism pointed at
 //! [`FakeSlack::api_url`]) and for offline trials.
 //!
-//! - Web API at `/api/{method}` (see `web.rs` and `methods.rs`): `auth.test`,
-//!   `apps.connections.open` (app-level token only), `chat.postMessage`, `chat.update`,
-//!   `reactions.add`, `reactions.remove`, `conversations.info`,
-//!   `assistant.threads.setStatus` (bot token only), `api.test`. Errors as Slack answers them:
+//! - Web API at `/api/{method}` (see `web.rs`, `methods.rs` and `history.rs`): `auth.test`,
+//!   `apps.connections.open` (app-level token only), `chat.postMessage` (message metadata
+//!   kept), `chat.update`, `reactions.add`, `reactions.remove`, `conversations.info`,
+//!   `conversations.history` and `conversations.replies` (with the history scopes,
+//!   [`FakeSlack::set_scopes`]), `assistant.threads.setStatus` (bot token only), `api.test`. Errors as Slack answers them:
 //!   HTTP 200 with `{"ok": false, "error": …}` (`not_authed`, `invalid_auth`,
 //!   `not_allowed_token_type`, `channel_not_found`, `no_text`, `msg_too_long`, ...).
 //! - Socket Mode at the URL `apps.connections.open` returns (one connection per URL, several
@@ -15,7 +16,8 @@
 //! - Users' messages with [`FakeSlack::inject`] ([`Post`]: DMs, channel posts, the
 //!   `message` + `app_mention` pair for a mention in either order, thread replies, bots'
 //!   messages), edits and deletions; the bot's own posts come back as events, as on Slack.
-//! - Faults: [`FakeSlack::push_fault`] (429 with `Retry-After`, 5xx, any `error`),
+//! - Faults: [`FakeSlack::push_fault`] (429 with `Retry-After`, 5xx, a 5xx after the call was
+//!   carried out, any `error`),
 //!   [`FakeSlack::disconnect`], [`FakeSlack::drop_connections`] (no close frame),
 //!   [`FakeSlack::silence`] (nothing sent, pongs included, while the client's close is still
 //!   seen), [`FakeSlack::down_for`], [`FakeSlack::set_invalid_auth`].
@@ -26,11 +28,12 @@
 //! - The same controls over HTTP under `/_fake/` for the `herald-fake-slack` binary (see
 //!   `control.rs`).
 //!
-//! Not here: files, `conversations.history` and `conversations.replies`, interactive payloads
-//! and slash commands, `users.info`, the Events API over HTTP.
+//! Not here: files, interactive payloads and slash commands, `users.info`, the Events API over
+//! HTTP.
 
 mod control;
 mod events;
+mod history;
 mod methods;
 mod postman;
 mod server;
@@ -57,7 +60,7 @@ use server::Ctx;
 pub use socket::MAX_CONNECTIONS;
 use state::Shared;
 pub use state::{
-    ACK_TIMEOUT, ApiCall, Delivery, Posted, Reaction, SlackFault, SocketEvent, Updated,
+    ACK_TIMEOUT, ApiCall, BOT_SCOPES, Delivery, Posted, Reaction, SlackFault, SocketEvent, Updated,
 };
 
 /// Why Slack asks a Socket Mode client to go, in its `disconnect` message.
@@ -367,6 +370,11 @@ impl FakeSlack {
     pub fn down_for(&self, duration: Duration) {
         self.set_down(true);
         server::up_after(self.inner.shared.clone(), self.inner.shutdown.clone(), duration);
+    }
+
+    /// The bot token's scopes from now on ([`BOT_SCOPES`], the manifest's, by default).
+    pub fn set_scopes(&self, scopes: &[&str]) {
+        self.inner.shared.lock().scopes = scopes.iter().map(|s| (*s).to_owned()).collect();
     }
 
     /// While set, every token is refused with `invalid_auth`, as for a revoked app.

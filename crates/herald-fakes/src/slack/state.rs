@@ -35,6 +35,8 @@ pub struct Posted {
     pub blocks: Option<Value>,
     /// The `mrkdwn` flag as sent, if any.
     pub mrkdwn: Option<bool>,
+    /// The message `metadata` as sent, if any.
+    pub metadata: Option<Value>,
 }
 
 /// A message the bot changed with `chat.update`.
@@ -135,6 +137,12 @@ pub enum SlackFault {
         /// The status code.
         status: u16,
     },
+    /// The call is carried out (a post stored), then answered with this HTTP status and an
+    /// `ok: false` body: an answer lost after the fact.
+    StatusAfter {
+        /// The status code.
+        status: u16,
+    },
     /// HTTP 200 with `{"ok":false,"error":error}` (`fatal_error`, `not_in_channel`, ...).
     Error {
         /// The error code.
@@ -174,6 +182,8 @@ pub(crate) struct Stored {
     pub deleted: bool,
     /// The reactions the bot put on it.
     pub reactions: Vec<String>,
+    /// Its message metadata (`event_type`, `event_payload`), as posted.
+    pub metadata: Option<Value>,
 }
 
 #[derive(Debug)]
@@ -209,7 +219,20 @@ pub(crate) struct State {
     pub sockets: Vec<SocketEvent>,
     /// Whether the bot's own posts come back as `message` events, as on Slack.
     pub echo_own_posts: bool,
+    /// The bot token's scopes.
+    pub scopes: Vec<String>,
 }
+
+/// The bot scopes herald's app manifest asks for, which the bot token has by default.
+pub const BOT_SCOPES: &[&str] = &[
+    "app_mentions:read",
+    "channels:history",
+    "groups:history",
+    "im:history",
+    "mpim:history",
+    "chat:write",
+    "reactions:write",
+];
 
 impl Default for State {
     fn default() -> State {
@@ -236,6 +259,7 @@ impl Default for State {
             peak: 0,
             sockets: Vec::new(),
             echo_own_posts: true,
+            scopes: BOT_SCOPES.iter().map(|s| (*s).to_owned()).collect(),
         }
     }
 }

@@ -29,6 +29,8 @@ pub const METHODS: &[&str] = &[
     "reactions.add",
     "reactions.remove",
     "conversations.info",
+    "conversations.history",
+    "conversations.replies",
     "assistant.threads.setStatus",
 ];
 
@@ -94,7 +96,7 @@ pub(crate) fn failure(error: &str) -> Response {
 }
 
 /// `body` (with `ok: false` and an `error`) under `status`, the error kept for the record.
-fn failure_with(status: StatusCode, body: Value) -> Response {
+pub(crate) fn failure_with(status: StatusCode, body: Value) -> Response {
     let error = body["error"].as_str().unwrap_or_default().to_owned();
     let mut response = (status, Json(body)).into_response();
     response.extensions_mut().insert(CallError(error));
@@ -170,6 +172,9 @@ fn answer(
     };
     let fault = ctx.shared.lock().faults.get_mut(method).and_then(|queue| queue.pop_front());
     if let Some(fault) = fault {
+        if matches!(fault, SlackFault::StatusAfter { .. }) {
+            drop(methods::answer(ctx, method, caller, args));
+        }
         return fault_response(&fault);
     }
     methods::answer(ctx, method, caller, args)
@@ -212,7 +217,7 @@ fn fault_response(fault: &SlackFault) -> Response {
             response.headers_mut().insert(header::RETRY_AFTER, (*retry_after).into());
             response
         }
-        SlackFault::Status { status } => {
+        SlackFault::Status { status } | SlackFault::StatusAfter { status } => {
             let status = StatusCode::from_u16(*status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             let error = if status == StatusCode::SERVICE_UNAVAILABLE {
                 "service_unavailable"
