@@ -89,6 +89,17 @@ pub(crate) fn classify(err: &SlackClientError, method: &str, secrets: &Secrets) 
     }
 }
 
+/// Whether a call that failed may have been carried out all the same: a timeout, a 5xx, a
+/// lost connection, Slack's own error. Never a rate limit, which Slack answers before acting.
+pub(crate) fn ambiguous(err: &SlackClientError) -> bool {
+    match err {
+        SlackClientError::RateLimitError(_) => false,
+        SlackClientError::ApiError(api) => api.code != "ratelimited",
+        SlackClientError::HttpError(http) => http.status_code.as_u16() != 429,
+        _ => true,
+    }
+}
+
 /// The first line of an error text: slack-morphism appends response bodies on the next ones.
 fn first_line(text: &str) -> &str {
     text.lines().next().unwrap_or_default()

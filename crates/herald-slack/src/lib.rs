@@ -28,6 +28,7 @@
 mod connect;
 mod error;
 mod intake;
+mod look;
 mod markup;
 mod send;
 mod socket;

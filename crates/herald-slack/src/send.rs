@@ -1,7 +1,9 @@
 //! Replies on their way out: converted to mrkdwn, split at [`MAX_MESSAGE_LEN`] characters
 //! outside code fences, posted into the chat's thread when it has one, retried on 429 (after
-//! Slack's `Retry-After`), 5xx and lost connections. The working reaction stands in for a
-//! typing indicator, which Slack does not give bots.
+//! Slack's `Retry-After`), 5xx and lost connections. A stored reply's pieces carry a mark, and
+//! a piece is looked for (`look.rs`) before it goes again after a failure that may hide a
+//! success, and before the first try of a reply an earlier try may have sent unseen. The
+//! working reaction stands in for a typing indicator, which Slack does not give bots.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -19,8 +21,9 @@ use slack_morphism::prelude::ValueStruct;
 use slack_morphism::{SlackApiToken, SlackMessageContent};
 use tracing::{debug, warn};
 
-use crate::error::{Failure, Secrets, classify};
+use crate::error::{Failure, Secrets, ambiguous, classify};
 use crate::intake::Intake;
+use crate::look;
 use crate::markup::to_mrkdwn;
 use crate::{MAX_MESSAGE_LEN, SlackSettings};
 
@@ -35,6 +38,23 @@ pub(crate) struct Sender {
     pub(crate) intake: Arc<Intake>,
     pub(crate) settings: Arc<SlackSettings>,
     pub(crate) secrets: Secrets,
+}
+
+/// A tracked reply's piece: its reply's key, its index, and whether an earlier try of it may
+/// have been taken unseen.
+#[derive(Debug, Clone, Copy)]
+struct Piece<'a> {
+    key: &'a str,
+    index: usize,
+    unsure: bool,
+}
+
+/// The send's error for a failure that ends the tries.
+fn give_up(failure: Failure) -> SendError {
+    match failure {
+        Failure::Refused { error, .. } => SendError::Rejected(error),
+        Failure::Retry { error, .. } => SendError::Unreachable(error),
+    }
 }
 
 /// The `thread_ts` of a chat's thread: the thread itself, or the part after the colon of a
@@ -92,25 +112,74 @@ impl Sender {
         let from = first_piece(track, total);
         let mut sent = Vec::with_capacity(total - from);
         for (index, part) in parts.into_iter().enumerate().skip(from) {
-            let request = SlackApiChatPostMessageRequest::new(
-                chat.id.clone().into(),
-                SlackMessageContent::new().with_text(part),
-            )
-            .opt_thread_ts(thread.map(|t| t.to_owned().into()))
-            // Text only: no `@name` linked, no broadcast parsed from it.
-            .with_link_names(false)
-            .with_parse("none".into());
-            let posted = self
-                .retrying("chat.postMessage", || async {
-                    self.client.open_session(&self.token).chat_post_message(&request).await
-                })
-                .await?;
-            sent.push(posted.ts.value().clone());
+            let mut content = SlackMessageContent::new().with_text(part);
+            if let Some(track) = track {
+                content = content.with_metadata(look::mark(&track.key, index));
+            }
+            let request = SlackApiChatPostMessageRequest::new(chat.id.clone().into(), content)
+                .opt_thread_ts(thread.map(|t| t.to_owned().into()))
+                // Text only: no `@name` linked, no broadcast parsed from it.
+                .with_link_names(false)
+                .with_parse("none".into());
+            let piece =
+                track.map(|t| Piece { key: &t.key, index, unsure: t.again && index == from });
+            let ts = self.post(&chat.id, thread, &request, piece).await?;
+            sent.push(ts);
             if let Some(track) = track {
                 track.taken(index, total);
             }
         }
         Ok(sent)
+    }
+
+    /// Posts one piece, retried as [`Sender::attempts`] retries; a tracked piece is looked for
+    /// first whenever an earlier try may have been taken unseen, and one found counts as
+    /// posted.
+    async fn post(
+        &self,
+        channel: &str,
+        thread: Option<&str>,
+        request: &SlackApiChatPostMessageRequest,
+        piece: Option<Piece<'_>>,
+    ) -> Result<String, SendError> {
+        let mut unsure = piece.as_ref().is_some_and(|p| p.unsure);
+        let mut attempt = 0;
+        loop {
+            if unsure && let Some(Piece { key, index, .. }) = piece {
+                let found = look::find(
+                    &self.client,
+                    &self.token,
+                    &self.secrets,
+                    channel,
+                    thread,
+                    key,
+                    index,
+                );
+                if let Some(ts) = found.await {
+                    debug!(chat = %channel, piece = index, "a piece Slack took unseen was found");
+                    return Ok(ts);
+                }
+            }
+            let error = match self.client.open_session(&self.token).chat_post_message(request).await
+            {
+                Ok(posted) => return Ok(posted.ts.value().clone()),
+                Err(error) => error,
+            };
+            attempt += 1;
+            let failure = classify(&error, "chat.postMessage", &self.secrets);
+            let Failure::Retry { error: text, after } = &failure else {
+                return Err(give_up(failure));
+            };
+            if attempt >= self.settings.send_attempts.max(1) {
+                return Err(give_up(failure));
+            }
+            // A 429 comes before Slack acts; a timeout, a 5xx or a reset may come after.
+            unsure = ambiguous(&error);
+            let wait = backoff(attempt - 1, None, self.settings.max_backoff)
+                .max(after.unwrap_or_default());
+            debug!(error = %text, attempt, unsure, wait_ms = wait.as_millis() as u64, "retrying a post");
+            tokio::time::sleep(wait).await;
+        }
     }
 
     async fn edit(&self, chat: &ChatRef, message: &str, markdown: &str) -> Result<(), SendError> {
@@ -184,10 +253,7 @@ impl Sender {
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, SlackClientError>>,
     {
-        self.attempts(method, call).await.map_err(|failure| match failure {
-            Failure::Refused { error, .. } => SendError::Rejected(error),
-            Failure::Retry { error, .. } => SendError::Unreachable(error),
-        })
+        self.attempts(method, call).await.map_err(give_up)
     }
 
     async fn attempts<T, F, Fut>(&self, method: &str, call: F) -> Result<T, Failure>

@@ -4,12 +4,14 @@
 
 use std::time::{Duration, Instant};
 
-use herald_fakes::slack::{DisconnectReason, FakeSlack, MAX_CONNECTIONS, SlackFault, SocketEvent};
+use herald_fakes::slack::{
+    DisconnectReason, FakeSlack, MAX_CONNECTIONS, Post, SlackFault, SocketEvent,
+};
 use serde_json::Value;
 
 use super::super::health::{free_port, get};
 use super::super::settle;
-use super::{PATIENCE, SlackDaemon, texts, user};
+use super::{CHANNEL, PATIENCE, SlackDaemon, texts, user};
 
 /// Polls `/healthz` at `base` until Slack's state there is `state`.
 async fn slack_health(d: &SlackDaemon, base: &str, state: &str) -> Value {
@@ -95,6 +97,38 @@ async fn slack_a_rate_limited_answer_is_posted_once_after_the_wait() {
     let calls = d.slack.calls_of("chat.postMessage");
     let refused: Vec<_> = calls.iter().filter(|c| c.status == 429).collect();
     assert_eq!((calls.len(), refused.len()), (2, 1), "{calls:#?}");
+    // Slack refuses a 429 before it acts: nothing to look for.
+    assert!(d.slack.calls_of("conversations.history").is_empty(), "{:#?}", d.slack.calls());
+    assert_eq!(d.stop().await, 0, "{}", d.logs());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn slack_an_answer_stored_before_a_5xx_is_seen_once() {
+    let mut d = SlackDaemon::start().await;
+    let dm = FakeSlack::dm_channel(&user(1));
+    let mut expected = Vec::new();
+    for n in 0..5 {
+        // Slack stores the post, then its answer is lost in a 5xx.
+        d.slack.push_fault("chat.postMessage", SlackFault::StatusAfter { status: 500 });
+        d.slack.dm(&user(1), &format!("try {n}"));
+        expected.push(format!("echo: try {n}"));
+        let posted = d.replies(&dm, n + 1).await;
+        assert_eq!(texts(&posted), expected, "{posted:#?}");
+    }
+    // In a thread, the thread's replies are where the answer is looked for.
+    d.slack.push_fault("chat.postMessage", SlackFault::StatusAfter { status: 503 });
+    let post = d.slack.inject(Post::channel(CHANNEL, &user(2), "in a thread").mentioning_bot());
+    let posted = d.replies(CHANNEL, 1).await;
+    assert_eq!(posted[0].thread_ts.as_deref(), Some(post.ts.as_str()));
+    settle().await;
+    assert_eq!(texts(&d.slack.posted_in(&dm)), expected, "each answer once");
+    assert_eq!(texts(&d.slack.posted_in(CHANNEL)), ["echo: in a thread"], "once in the thread");
+    let looks = d.slack.calls_of("conversations.history");
+    assert_eq!(looks.len(), 5, "one look after each 5xx: {looks:#?}");
+    assert!(looks.iter().all(|c| c.error.is_none() && c.args["include_all_metadata"] == "true"));
+    let threads = d.slack.calls_of("conversations.replies");
+    assert_eq!(threads.len(), 1, "{threads:#?}");
+    assert_eq!(threads[0].args["ts"], post.ts.as_str());
     assert_eq!(d.stop().await, 0, "{}", d.logs());
 }
 
