@@ -168,6 +168,8 @@ async fn slack_refused_tokens_are_one_line_naming_the_variable_and_telegram_goes
     // Slack refuses the bot token (a revoked app).
     let slack = {
         let mut d = SlackDaemon::start_with("", &[], true).await;
+        // The first run's checks done, so that its log has no refusal of its own.
+        d.wait_log("platform connected platform=slack").await;
         d.slack.set_invalid_auth(true);
         d.stop().await;
         d.spawn().await;
