@@ -8,6 +8,7 @@ mod delivery;
 mod discord;
 mod everywhere;
 mod health;
+mod kill;
 mod notify;
 mod poison;
 mod process;

@@ -1,0 +1,475 @@
+//! Kill tests: `herald gateway` is SIGKILLed at seeded points while many chats queue messages
+//! behind a slow model, on each platform alone and on all three at once, and started again.
+//! Once it is quiet, every message sent (before, between and after the kills) is answered, in
+//! order, exactly once; the only doubles allowed are those the outbox says a crash may send
+//! twice, and only on a platform that cannot deduplicate its sends.
+//!
+//! Seeds are fixed so that a failure can be run again: `HERALD_KILL_SEED=N` runs one seed.
+
+use std::collections::{HashMap, HashSet};
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use herald_fakes::FakeModel;
+use herald_fakes::discord::{FakeDiscord, InboundMessage};
+use herald_fakes::slack::FakeSlack;
+use herald_fakes::telegram::FakeTelegram;
+
+use super::discord::discord_section;
+use super::process::GatewayProcess;
+use super::slack::slack_section;
+use super::telegram_section;
+use crate::common::World;
+
+/// Seeds of each test; each drives its own run (latency, pacing, kill points).
+const SEEDS: [u64; 2] = [0x5eed_0001, 0x5eed_0002];
+/// Chats of a platform tested alone, and of each platform when the three run at once.
+const CHATS_ALONE: usize = 12;
+const CHATS_EACH: usize = 6;
+/// Messages each chat sends after its first (answered before the kills begin).
+const ROUNDS: usize = 7;
+/// SIGKILLs per run.
+const KILLS: usize = 2;
+/// The longest wait for anything the daemon should do.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// New replies one platform's outbox may have sent and not yet marked delivered at once
+/// (`SENDS_IN_FLIGHT` in crates/herald-gateway/src/outbox.rs; README, "Delivery is at least
+/// once").
+const SENDS_IN_FLIGHT: usize = 32;
+/// Replies sent again (after a restart) one platform's outbox may have in flight at once
+/// (`RESENDS_IN_FLIGHT` there).
+const RESENDS_IN_FLIGHT: usize = 3;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Side {
+    Telegram,
+    Discord,
+    Slack,
+}
+
+impl Side {
+    /// Replies a kill may send twice: on one platform, and in one chat. Telegram has no
+    /// idempotent send, so whatever was in flight (new sends and resends both) may go twice,
+    /// and a chat has one reply in flight at a time. Discord enforces the reply's `nonce`, and
+    /// Slack's adapter looks for the reply's mark before sending it again (herald_core's
+    /// `Tracking`), so neither posts a reply twice.
+    fn doubles_per_kill(self) -> (usize, usize) {
+        match self {
+            Side::Telegram => (SENDS_IN_FLIGHT + RESENDS_IN_FLIGHT, 1),
+            Side::Discord | Side::Slack => (0, 0),
+        }
+    }
+}
+
+/// One conversation: the DM of user number `n` on `side`.
+#[derive(Clone, Copy, Debug)]
+struct Chat {
+    side: Side,
+    n: usize,
+}
+
+impl Chat {
+    fn telegram_user(self) -> i64 {
+        7001 + self.n as i64
+    }
+
+    fn discord_user(self) -> u64 {
+        3101 + self.n as u64
+    }
+
+    fn slack_user(self) -> String {
+        format!("U7{:03}", self.n)
+    }
+
+    fn name(self) -> String {
+        match self.side {
+            Side::Telegram => format!("telegram {}", self.telegram_user()),
+            Side::Discord => format!("discord {}", self.discord_user()),
+            Side::Slack => format!("slack {}", self.slack_user()),
+        }
+    }
+
+    /// Message `m` of this chat: unique, so that each answer names its question.
+    fn text(self, m: usize) -> String {
+        format!("{} n{m}", self.name())
+    }
+
+    /// What the fake model answers to message `m`.
+    fn answer(self, m: usize) -> String {
+        format!("echo: {}", self.text(m))
+    }
+}
+
+/// splitmix64: a seeded generator, so that a run's choices come back with its seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `low..=high`.
+    fn between(&mut self, low: u64, high: u64) -> u64 {
+        low + self.next() % (high - low + 1)
+    }
+
+    fn millis(&mut self, low: u64, high: u64) -> Duration {
+        Duration::from_millis(self.between(low, high))
+    }
+
+    fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            let j = self.between(0, i as u64) as usize;
+            items.swap(i, j);
+        }
+    }
+}
+
+/// A gateway child process with the fakes of `sides` and the fake model.
+struct KillDaemon {
+    world: World,
+    telegram: Option<FakeTelegram>,
+    discord: Option<FakeDiscord>,
+    slack: Option<FakeSlack>,
+    model: FakeModel,
+    process: GatewayProcess,
+    chats: Vec<Chat>,
+    seed: u64,
+}
+
+impl KillDaemon {
+    /// Fakes for `sides`, `chats` users allowed on each, and a gateway connected to them all.
+    async fn start(sides: &[Side], chats: usize, seed: u64) -> KillDaemon {
+        let model = FakeModel::start().await;
+        let mut config = format!(
+            "[model]\nbase_url = \"{}\"\nmodel = \"fake-model\"\nrequest_timeout_s = 5\n\
+             [gateway]\ndrain_timeout_s = 10\n",
+            model.base_url(),
+        );
+        let all: Vec<Chat> =
+            sides.iter().flat_map(|&side| (0..chats).map(move |n| Chat { side, n })).collect();
+        let of = |side: Side| all.iter().copied().filter(move |c| c.side == side);
+        let (mut telegram, mut discord, mut slack) = (None, None, None);
+        if sides.contains(&Side::Telegram) {
+            let fake = FakeTelegram::start().await;
+            let users: Vec<i64> = of(Side::Telegram).map(Chat::telegram_user).collect();
+            config.push_str(&telegram_section(&fake, &users));
+            telegram = Some(fake);
+        }
+        if sides.contains(&Side::Discord) {
+            let fake = FakeDiscord::start().await;
+            let users: Vec<u64> = of(Side::Discord).map(Chat::discord_user).collect();
+            config.push_str(&discord_section(&fake, &users));
+            discord = Some(fake);
+        }
+        if sides.contains(&Side::Slack) {
+            let fake = FakeSlack::start().await;
+            let users: Vec<String> = of(Side::Slack).map(Chat::slack_user).collect();
+            config.push_str(&slack_section(&fake, &users));
+            slack = Some(fake);
+        }
+        let world = World::with_config(&config);
+        let process = GatewayProcess::new(&world, &[]);
+        let mut d =
+            KillDaemon { world, telegram, discord, slack, model, process, chats: all, seed };
+        d.spawn().await;
+        d
+    }
+
+    /// Starts the gateway and waits until it polls Telegram, has a Discord session ready and
+    /// Slack's socket open (Discord and Slack send only to a connection that is up).
+    async fn spawn(&mut self) {
+        let polls = self.telegram.as_ref().map_or(0, |t| t.get_updates_offsets().len());
+        let identified = self.discord.as_ref().map_or(0, |d| d.identifies().len());
+        let connected = self.logs().matches("connected to Discord").count();
+        let opened = self.slack.as_ref().map_or(0, FakeSlack::connections_opened);
+        self.process.launch(&self.world);
+        self.until("the gateway never connected to every platform", |d| {
+            d.telegram.as_ref().is_none_or(|t| t.get_updates_offsets().len() > polls)
+                && d.discord.as_ref().is_none_or(|fake| {
+                    fake.identifies().len() > identified
+                        && d.logs().matches("connected to Discord").count() > connected
+                })
+                && d.slack
+                    .as_ref()
+                    .is_none_or(|s| s.connections_opened() > opened && s.open_connections() > 0)
+        })
+        .await;
+    }
+
+    /// SIGKILL, and waits until the process is gone.
+    async fn kill(&mut self) {
+        self.process.signal("KILL");
+        self.process.stop(PATIENCE).await;
+    }
+
+    /// Waits until `done` holds; fails with `what`, the seed and the log's tail after
+    /// [`PATIENCE`] or when the gateway exited.
+    async fn until(&mut self, what: &str, done: impl Fn(&KillDaemon) -> bool) {
+        let started = Instant::now();
+        while !done(self) {
+            let what = format!("seed {:#x}: {what}", self.seed);
+            assert!(started.elapsed() < PATIENCE, "{what}\n{}", self.log_tail());
+            if let Some(status) = self.process.exited() {
+                panic!("{what}: the gateway exited with {status}\n{}", self.log_tail());
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// Sends message `m` of `chat` as its user would.
+    fn send(&self, chat: Chat, m: usize) {
+        let text = chat.text(m);
+        match chat.side {
+            Side::Telegram => {
+                self.telegram.as_ref().unwrap().dm(chat.telegram_user(), &text);
+            }
+            Side::Discord => {
+                let message = InboundMessage::dm(chat.discord_user(), &text);
+                self.discord.as_ref().unwrap().inject_message(message);
+            }
+            Side::Slack => {
+                self.slack.as_ref().unwrap().dm(&chat.slack_user(), &text);
+            }
+        }
+    }
+
+    /// Message `m` of every chat, in a seeded order.
+    fn send_round(&self, m: usize, rng: &mut Rng) {
+        let mut chats = self.chats.clone();
+        rng.shuffle(&mut chats);
+        for chat in chats {
+            self.send(chat, m);
+        }
+    }
+
+    /// What each chat was sent by the bot, in order, in the order of `self.chats`.
+    fn answers(&self) -> Vec<Vec<String>> {
+        let telegram = self.telegram.as_ref().map(FakeTelegram::sent).unwrap_or_default();
+        let discord = self.discord.as_ref().map(FakeDiscord::sent).unwrap_or_default();
+        let slack = self.slack.as_ref().map(FakeSlack::posted).unwrap_or_default();
+        let answers = |chat: &Chat| -> Vec<String> {
+            match chat.side {
+                Side::Telegram => {
+                    let user = chat.telegram_user();
+                    telegram.iter().filter(|m| m.chat_id == user).map(|m| m.text.clone()).collect()
+                }
+                Side::Discord => {
+                    let channel = FakeDiscord::dm_channel(chat.discord_user());
+                    let own = discord.iter().filter(|m| m.channel_id == channel);
+                    own.map(|m| m.content.clone()).collect()
+                }
+                Side::Slack => {
+                    let channel = FakeSlack::dm_channel(&chat.slack_user());
+                    slack.iter().filter(|p| p.channel == channel).map(|p| p.text.clone()).collect()
+                }
+            }
+        };
+        self.chats.iter().map(answers).collect()
+    }
+
+    /// Whether every chat got an answer to each of its messages `0..messages`.
+    fn all_answered(&self, messages: usize) -> bool {
+        self.chats.iter().zip(self.answers()).all(|(chat, got)| {
+            (0..messages).all(|m| got.iter().any(|text| *text == chat.answer(m)))
+        })
+    }
+
+    /// Whether Slack got an acknowledgement for every event it sent (so none comes again).
+    fn slack_acknowledged(&self) -> bool {
+        self.slack.as_ref().is_none_or(|slack| {
+            let deliveries = slack.deliveries();
+            let acked: HashSet<&str> = deliveries
+                .iter()
+                .filter(|d| d.acked_ms.is_some())
+                .map(|d| d.event_id.as_str())
+                .collect();
+            deliveries.iter().all(|d| acked.contains(d.event_id.as_str()))
+        })
+    }
+
+    /// The last lines of the gateway's log, across its runs.
+    fn log_tail(&self) -> String {
+        let logs = self.logs();
+        let lines: Vec<&str> = logs.lines().collect();
+        let tail = lines[lines.len().saturating_sub(80)..].join("\n");
+        format!("--- the gateway's log, last {} lines ---\n{tail}", lines.len().min(80))
+    }
+
+    fn logs(&self) -> String {
+        self.process.logs()
+    }
+}
+
+/// What one chat got, against what it sent.
+struct Verdict {
+    /// Messages never answered.
+    lost: Vec<usize>,
+    /// Answers to no message of this chat.
+    strange: Vec<String>,
+    /// Answers sent more than once, and how often.
+    twice: Vec<(String, usize)>,
+    /// Whether each answer first appeared after the previous message's.
+    in_order: bool,
+}
+
+impl Verdict {
+    fn of(chat: Chat, messages: usize, got: &[String]) -> Verdict {
+        let expected: Vec<String> = (0..messages).map(|m| chat.answer(m)).collect();
+        let mut times: HashMap<&str, usize> = HashMap::new();
+        for text in got {
+            *times.entry(text.as_str()).or_default() += 1;
+        }
+        let mut seen = HashSet::new();
+        let firsts = got.iter().filter(|t| seen.insert(t.as_str()) && expected.contains(t));
+        Verdict {
+            lost: (0..messages).filter(|&m| !times.contains_key(expected[m].as_str())).collect(),
+            strange: got.iter().filter(|t| !expected.contains(t)).cloned().collect(),
+            twice: times
+                .iter()
+                .filter(|(_, n)| **n > 1)
+                .map(|(text, n)| ((*text).to_owned(), *n))
+                .collect(),
+            in_order: firsts.zip(&expected).all(|(a, b)| a == b),
+        }
+    }
+
+    /// Replies sent more than once, counted beyond the first.
+    fn doubles(&self) -> usize {
+        self.twice.iter().map(|(_, n)| n - 1).sum()
+    }
+}
+
+/// One run: the first message of every chat answered, then [`ROUNDS`] more rounds of messages
+/// sent faster than the model answers, with [`KILLS`] SIGKILLs at seeded points (after a
+/// seeded number of model requests and a seeded pause), a round sent while the daemon is down
+/// and a restart after each; then every message answered, in order, once but for the bound.
+async fn kill_run(sides: &[Side], chats: usize, seed: u64) {
+    let mut rng = Rng(seed);
+    let mut d = KillDaemon::start(sides, chats, seed).await;
+    // Between 0.2 and 0.3 s a turn: messages queue behind the running turns.
+    let latency = rng.millis(200, 300);
+    d.model.set_latency(latency);
+    // A first message from each chat answered: each channel is known before the kills (Discord
+    // backfills only channels it handled).
+    d.send_round(0, &mut rng);
+    d.until("the first messages were never answered", |d| d.all_answered(1)).await;
+
+    let mut kill_rounds: Vec<usize> = (1..=ROUNDS).collect();
+    rng.shuffle(&mut kill_rounds);
+    kill_rounds.truncate(KILLS);
+    let mut plan = format!("seed {seed:#x}: {sides:?}, {chats} chats each, latency {latency:?}");
+    let mut asked = d.model.request_count();
+    let mut down = false;
+    for m in 1..=ROUNDS {
+        d.send_round(m, &mut rng);
+        if down {
+            d.spawn().await;
+            asked = d.model.request_count();
+            down = false;
+        }
+        if kill_rounds.contains(&m) {
+            // Killed while turns run and others wait behind them.
+            let requests = asked + rng.between(1, d.chats.len() as u64) as usize;
+            d.until("the model was never asked", |d| d.model.request_count() >= requests).await;
+            let pause = rng.millis(0, 300);
+            tokio::time::sleep(pause).await;
+            let _ = write!(plan, "; killed after round {m}, {requests} requests and {pause:?}");
+            d.kill().await;
+            down = true;
+        } else {
+            tokio::time::sleep(rng.millis(80, 200)).await;
+        }
+    }
+    if down {
+        d.spawn().await;
+    }
+    eprintln!("{plan}");
+
+    let messages = ROUNDS + 1;
+    let started = Instant::now();
+    while !(d.all_answered(messages) && d.slack_acknowledged()) && started.elapsed() < PATIENCE {
+        d.process.assert_running(&plan);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Anything sent twice goes right after the restart, before the answers waited for above.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let answers = d.answers();
+    let mut problems = String::new();
+    let mut doubles: HashMap<Side, usize> = HashMap::new();
+    for (chat, got) in d.chats.iter().zip(&answers) {
+        let verdict = Verdict::of(*chat, messages, got);
+        let (_, per_chat) = chat.side.doubles_per_kill();
+        *doubles.entry(chat.side).or_default() += verdict.doubles();
+        let name = chat.name();
+        if !verdict.lost.is_empty() {
+            let _ = writeln!(problems, "{name}: messages {:?} never answered", verdict.lost);
+        }
+        if !verdict.strange.is_empty() {
+            let _ = writeln!(problems, "{name}: answers not its own: {:?}", verdict.strange);
+        }
+        if verdict.doubles() > per_chat * KILLS {
+            let _ = writeln!(problems, "{name}: sent more than once: {:?}", verdict.twice);
+        }
+        if !verdict.in_order {
+            let _ = writeln!(problems, "{name}: out of order");
+        }
+        if problems.contains(&name) {
+            let _ = writeln!(problems, "    {name} got: {got:?}");
+        }
+    }
+    for (side, twice) in &doubles {
+        let (per_platform, _) = side.doubles_per_kill();
+        eprintln!("{plan}: {side:?} sent {twice} replies twice");
+        if *twice > per_platform * KILLS {
+            let allowed = per_platform * KILLS;
+            let _ = writeln!(problems, "{side:?}: {twice} replies sent twice, {allowed} allowed");
+        }
+    }
+    assert!(problems.is_empty(), "{plan}\n{problems}{}", d.log_tail());
+    assert_eq!(d.process.stop(PATIENCE).await, 0, "{plan}\n{}", d.log_tail());
+}
+
+/// The seeds to run: [`SEEDS`], or the one `HERALD_KILL_SEED` names.
+fn seeds() -> Vec<u64> {
+    match std::env::var("HERALD_KILL_SEED") {
+        Ok(seed) => {
+            let seed = seed.trim_start_matches("0x");
+            vec![u64::from_str_radix(seed, 16).expect("HERALD_KILL_SEED in hex")]
+        }
+        Err(_) => SEEDS.to_vec(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_telegram_answers_every_message_once_in_order() {
+    for seed in seeds() {
+        kill_run(&[Side::Telegram], CHATS_ALONE, seed).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_discord_answers_every_message_once_in_order() {
+    for seed in seeds() {
+        kill_run(&[Side::Discord], CHATS_ALONE, seed).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_slack_answers_every_message_once_in_order() {
+    for seed in seeds() {
+        kill_run(&[Side::Slack], CHATS_ALONE, seed).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_all_three_at_once_answers_every_message_once_in_order() {
+    for seed in seeds() {
+        kill_run(&[Side::Telegram, Side::Discord, Side::Slack], CHATS_EACH, seed).await;
+    }
+}
