@@ -8,6 +8,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use herald_fakes::FakeModel;
@@ -27,7 +28,7 @@ const SEEDS: [u64; 2] = [0x5eed_0001, 0x5eed_0002];
 const CHATS_ALONE: usize = 12;
 const CHATS_EACH: usize = 6;
 /// Messages each chat sends after its first (answered before the kills begin).
-const ROUNDS: usize = 7;
+const ROUNDS: usize = 12;
 /// SIGKILLs per run.
 const KILLS: usize = 2;
 /// The longest wait for anything the daemon should do.
@@ -130,111 +131,21 @@ impl Rng {
     }
 }
 
-/// A gateway child process with the fakes of `sides` and the fake model.
-struct KillDaemon {
-    world: World,
+/// The people writing to the bot: the platform fakes and their chats. Cloned into the task
+/// that keeps sending while the daemon is killed and started again.
+#[derive(Clone)]
+struct People {
     telegram: Option<FakeTelegram>,
     discord: Option<FakeDiscord>,
     slack: Option<FakeSlack>,
-    model: FakeModel,
-    process: GatewayProcess,
     chats: Vec<Chat>,
-    seed: u64,
     /// Each Slack message's event ids, and which chat and message it is.
-    slack_events: HashMap<String, (usize, usize)>,
+    slack_events: Arc<Mutex<HashMap<String, (usize, usize)>>>,
 }
 
-impl KillDaemon {
-    /// Fakes for `sides`, `chats` users allowed on each, and a gateway connected to them all.
-    async fn start(sides: &[Side], chats: usize, seed: u64) -> KillDaemon {
-        let model = FakeModel::start().await;
-        let mut config = format!(
-            "[model]\nbase_url = \"{}\"\nmodel = \"fake-model\"\nrequest_timeout_s = 5\n\
-             [gateway]\ndrain_timeout_s = 10\n",
-            model.base_url(),
-        );
-        let all: Vec<Chat> =
-            sides.iter().flat_map(|&side| (0..chats).map(move |n| Chat { side, n })).collect();
-        let of = |side: Side| all.iter().copied().filter(move |c| c.side == side);
-        let (mut telegram, mut discord, mut slack) = (None, None, None);
-        if sides.contains(&Side::Telegram) {
-            let fake = FakeTelegram::start().await;
-            let users: Vec<i64> = of(Side::Telegram).map(Chat::telegram_user).collect();
-            config.push_str(&telegram_section(&fake, &users));
-            telegram = Some(fake);
-        }
-        if sides.contains(&Side::Discord) {
-            let fake = FakeDiscord::start().await;
-            let users: Vec<u64> = of(Side::Discord).map(Chat::discord_user).collect();
-            config.push_str(&discord_section(&fake, &users));
-            discord = Some(fake);
-        }
-        if sides.contains(&Side::Slack) {
-            let fake = FakeSlack::start().await;
-            let users: Vec<String> = of(Side::Slack).map(Chat::slack_user).collect();
-            config.push_str(&slack_section(&fake, &users));
-            slack = Some(fake);
-        }
-        let world = World::with_config(&config);
-        let process = GatewayProcess::new(&world, &[]);
-        let mut d = KillDaemon {
-            world,
-            telegram,
-            discord,
-            slack,
-            model,
-            process,
-            chats: all,
-            seed,
-            slack_events: HashMap::new(),
-        };
-        d.spawn().await;
-        d
-    }
-
-    /// Starts the gateway and waits until it polls Telegram, has a Discord session ready and
-    /// Slack's socket open (Discord and Slack send only to a connection that is up).
-    async fn spawn(&mut self) {
-        let polls = self.telegram.as_ref().map_or(0, |t| t.get_updates_offsets().len());
-        let identified = self.discord.as_ref().map_or(0, |d| d.identifies().len());
-        let connected = self.logs().matches("connected to Discord").count();
-        let opened = self.slack.as_ref().map_or(0, FakeSlack::connections_opened);
-        self.process.launch(&self.world);
-        self.until("the gateway never connected to every platform", |d| {
-            d.telegram.as_ref().is_none_or(|t| t.get_updates_offsets().len() > polls)
-                && d.discord.as_ref().is_none_or(|fake| {
-                    fake.identifies().len() > identified
-                        && d.logs().matches("connected to Discord").count() > connected
-                })
-                && d.slack
-                    .as_ref()
-                    .is_none_or(|s| s.connections_opened() > opened && s.open_connections() > 0)
-        })
-        .await;
-    }
-
-    /// SIGKILL, and waits until the process is gone.
-    async fn kill(&mut self) {
-        self.process.signal("KILL");
-        self.process.stop(PATIENCE).await;
-    }
-
-    /// Waits until `done` holds; fails with `what`, the seed and the log's tail after
-    /// [`PATIENCE`] or when the gateway exited.
-    async fn until(&mut self, what: &str, done: impl Fn(&KillDaemon) -> bool) {
-        let started = Instant::now();
-        while !done(self) {
-            let what = format!("seed {:#x}: {what}", self.seed);
-            assert!(started.elapsed() < PATIENCE, "{what}\n{}", self.log_tail());
-            if let Some(status) = self.process.exited() {
-                panic!("{what}: the gateway exited with {status}\n{}", self.log_tail());
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
-    }
-
+impl People {
     /// Sends message `m` of chat number `c` as its user would.
-    fn send(&mut self, c: usize, m: usize) {
+    fn send(&self, c: usize, m: usize) {
         let chat = self.chats[c];
         let text = chat.text(m);
         match chat.side {
@@ -248,13 +159,14 @@ impl KillDaemon {
             Side::Slack => {
                 let post = Post::dm(&chat.slack_user(), &text);
                 let injected = self.slack.as_ref().unwrap().inject(post);
-                self.slack_events.extend(injected.event_ids.into_iter().map(|id| (id, (c, m))));
+                let mut events = self.slack_events.lock().unwrap();
+                events.extend(injected.event_ids.into_iter().map(|id| (id, (c, m))));
             }
         }
     }
 
     /// Message `m` of every chat, in a seeded order.
-    fn send_round(&mut self, m: usize, rng: &mut Rng) {
+    fn send_round(&self, m: usize, rng: &mut Rng) {
         let mut chats: Vec<usize> = (0..self.chats.len()).collect();
         rng.shuffle(&mut chats);
         for c in chats {
@@ -263,14 +175,15 @@ impl KillDaemon {
     }
 
     /// The messages (chat number, message) herald took in only when Slack sent their event
-    /// again: it never saw the first envelope, which went to a killed process, so they come
-    /// in after later messages and are answered after them.
+    /// again: the first envelope went to a killed process, so they come in after later
+    /// messages and are answered after them.
     fn slack_late(&self) -> HashSet<(usize, usize)> {
         let Some(slack) = &self.slack else { return HashSet::new() };
         let deliveries = slack.deliveries();
         let first_taken =
             |event: &str| deliveries.iter().find(|d| d.event_id == event && d.acked_ms.is_some());
-        self.slack_events
+        let events = self.slack_events.lock().unwrap();
+        events
             .iter()
             .filter(|(event, _)| first_taken(event).is_some_and(|d| d.retry_attempt > 0))
             .map(|(_, message)| *message)
@@ -321,6 +234,99 @@ impl KillDaemon {
             deliveries.iter().all(|d| acked.contains(d.event_id.as_str()))
         })
     }
+}
+
+/// A gateway child process with the fakes of `sides` and the fake model.
+struct KillDaemon {
+    world: World,
+    people: People,
+    model: FakeModel,
+    process: GatewayProcess,
+    seed: u64,
+}
+
+impl KillDaemon {
+    /// Fakes for `sides`, `chats` users allowed on each, and a gateway connected to them all.
+    async fn start(sides: &[Side], chats: usize, seed: u64) -> KillDaemon {
+        let model = FakeModel::start().await;
+        let mut config = format!(
+            "[model]\nbase_url = \"{}\"\nmodel = \"fake-model\"\nrequest_timeout_s = 5\n\
+             [gateway]\ndrain_timeout_s = 10\n",
+            model.base_url(),
+        );
+        let all: Vec<Chat> =
+            sides.iter().flat_map(|&side| (0..chats).map(move |n| Chat { side, n })).collect();
+        let of = |side: Side| all.iter().copied().filter(move |c| c.side == side);
+        let (mut telegram, mut discord, mut slack) = (None, None, None);
+        if sides.contains(&Side::Telegram) {
+            let fake = FakeTelegram::start().await;
+            let users: Vec<i64> = of(Side::Telegram).map(Chat::telegram_user).collect();
+            config.push_str(&telegram_section(&fake, &users));
+            telegram = Some(fake);
+        }
+        if sides.contains(&Side::Discord) {
+            let fake = FakeDiscord::start().await;
+            let users: Vec<u64> = of(Side::Discord).map(Chat::discord_user).collect();
+            config.push_str(&discord_section(&fake, &users));
+            discord = Some(fake);
+        }
+        if sides.contains(&Side::Slack) {
+            let fake = FakeSlack::start().await;
+            let users: Vec<String> = of(Side::Slack).map(Chat::slack_user).collect();
+            config.push_str(&slack_section(&fake, &users));
+            slack = Some(fake);
+        }
+        let world = World::with_config(&config);
+        let process = GatewayProcess::new(&world, &[]);
+        let slack_events = Arc::default();
+        let people = People { telegram, discord, slack, chats: all, slack_events };
+        let mut d = KillDaemon { world, people, model, process, seed };
+        d.spawn().await;
+        d
+    }
+
+    /// Starts the gateway and waits until it polls Telegram, has a Discord session ready and
+    /// Slack's socket open (Discord and Slack send only to a connection that is up).
+    async fn spawn(&mut self) {
+        let p = &self.people;
+        let polls = p.telegram.as_ref().map_or(0, |t| t.get_updates_offsets().len());
+        let identified = p.discord.as_ref().map_or(0, |d| d.identifies().len());
+        let connected = self.logs().matches("connected to Discord").count();
+        let opened = p.slack.as_ref().map_or(0, FakeSlack::connections_opened);
+        self.process.launch(&self.world);
+        self.until("the gateway never connected to every platform", |d| {
+            let p = &d.people;
+            p.telegram.as_ref().is_none_or(|t| t.get_updates_offsets().len() > polls)
+                && p.discord.as_ref().is_none_or(|fake| {
+                    fake.identifies().len() > identified
+                        && d.logs().matches("connected to Discord").count() > connected
+                })
+                && p.slack
+                    .as_ref()
+                    .is_none_or(|s| s.connections_opened() > opened && s.open_connections() > 0)
+        })
+        .await;
+    }
+
+    /// SIGKILL, and waits until the process is gone.
+    async fn kill(&mut self) {
+        self.process.signal("KILL");
+        self.process.stop(PATIENCE).await;
+    }
+
+    /// Waits until `done` holds; fails with `what`, the seed and the log's tail after
+    /// [`PATIENCE`] or when the gateway exited.
+    async fn until(&mut self, what: &str, done: impl Fn(&KillDaemon) -> bool) {
+        let started = Instant::now();
+        while !done(self) {
+            let what = format!("seed {:#x}: {what}", self.seed);
+            assert!(started.elapsed() < PATIENCE, "{what}\n{}", self.log_tail());
+            if let Some(status) = self.process.exited() {
+                panic!("{what}: the gateway exited with {status}\n{}", self.log_tail());
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
 
     /// The last lines of the gateway's log, across its runs.
     fn log_tail(&self) -> String {
@@ -355,7 +361,7 @@ struct Verdict {
 
 impl Verdict {
     /// `late` are the messages herald took in after later ones (see
-    /// [`KillDaemon::slack_late`]): their place in the order is not checked.
+    /// [`People::slack_late`]): their place in the order is not checked.
     fn of(chat: Chat, messages: usize, got: &[String], late: &HashSet<usize>) -> Verdict {
         let expected: Vec<String> = (0..messages).map(|m| chat.answer(m)).collect();
         let mut times: HashMap<&str, usize> = HashMap::new();
@@ -390,9 +396,10 @@ impl Verdict {
 }
 
 /// One run: the first message of every chat answered, then [`ROUNDS`] more rounds of messages
-/// sent faster than the model answers, with [`KILLS`] SIGKILLs at seeded points (after a
-/// seeded number of model requests and a seeded pause), a round sent while the daemon is down
-/// and a restart after each; then every message answered, in order, once but for the bound.
+/// sent at a seeded pace, faster than the model answers, by a task that goes on through the
+/// kills, the downtime and the restarts; meanwhile [`KILLS`] SIGKILLs, each after a seeded
+/// number of model requests and a seeded pause, and a seeded downtime. Then every message is
+/// answered, in order, once but for the bound.
 async fn kill_run(sides: &[Side], chats: usize, seed: u64) {
     let mut rng = Rng(seed);
     let mut d = KillDaemon::start(sides, chats, seed).await;
@@ -401,43 +408,39 @@ async fn kill_run(sides: &[Side], chats: usize, seed: u64) {
     d.model.set_latency(latency);
     // A first message from each chat answered: each channel is known before the kills (Discord
     // backfills only channels it handled).
-    d.send_round(0, &mut rng);
-    d.until("the first messages were never answered", |d| d.all_answered(1)).await;
+    d.people.send_round(0, &mut rng);
+    d.until("the first messages were never answered", |d| d.people.all_answered(1)).await;
 
-    let mut kill_rounds: Vec<usize> = (1..=ROUNDS).collect();
-    rng.shuffle(&mut kill_rounds);
-    kill_rounds.truncate(KILLS);
+    let people = d.people.clone();
+    let mut pace = Rng(rng.next());
+    let sender = tokio::spawn(async move {
+        for m in 1..=ROUNDS {
+            people.send_round(m, &mut pace);
+            tokio::time::sleep(pace.millis(80, 250)).await;
+        }
+    });
     let mut plan = format!("seed {seed:#x}: {sides:?}, {chats} chats each, latency {latency:?}");
-    let mut asked = d.model.request_count();
-    let mut down = false;
-    for m in 1..=ROUNDS {
-        d.send_round(m, &mut rng);
-        if down {
-            d.spawn().await;
-            asked = d.model.request_count();
-            down = false;
-        }
-        if kill_rounds.contains(&m) {
-            // Killed while turns run and others wait behind them.
-            let requests = asked + rng.between(1, d.chats.len() as u64) as usize;
-            d.until("the model was never asked", |d| d.model.request_count() >= requests).await;
-            let pause = rng.millis(0, 300);
-            tokio::time::sleep(pause).await;
-            let _ = write!(plan, "; killed after round {m}, {requests} requests and {pause:?}");
-            d.kill().await;
-            down = true;
-        } else {
-            tokio::time::sleep(rng.millis(80, 200)).await;
-        }
-    }
-    if down {
+    for _ in 0..KILLS {
+        // Killed while turns run and others wait behind them.
+        let requests =
+            d.model.request_count() + rng.between(1, d.people.chats.len() as u64) as usize;
+        d.until("the model was never asked", |d| d.model.request_count() >= requests).await;
+        let pause = rng.millis(0, 250);
+        tokio::time::sleep(pause).await;
+        d.kill().await;
+        let down = rng.millis(50, 400);
+        tokio::time::sleep(down).await;
+        let _ = write!(plan, "; killed after {requests} requests and {pause:?}, down {down:?}");
         d.spawn().await;
     }
+    sender.await.unwrap();
     eprintln!("{plan}");
 
     let messages = ROUNDS + 1;
     let started = Instant::now();
-    while !(d.all_answered(messages) && d.slack_acknowledged()) && started.elapsed() < PATIENCE {
+    while !(d.people.all_answered(messages) && d.people.slack_acknowledged())
+        && started.elapsed() < PATIENCE
+    {
         if let Some(status) = d.process.exited() {
             panic!("{plan}: the gateway exited with {status}\n{}", d.log_tail());
         }
@@ -445,11 +448,11 @@ async fn kill_run(sides: &[Side], chats: usize, seed: u64) {
     }
     // Anything sent twice goes right after the restart, before the answers waited for above.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let answers = d.answers();
+    let answers = d.people.answers();
     let mut problems = String::new();
-    let late = d.slack_late();
+    let late = d.people.slack_late();
     let mut doubles: HashMap<Side, usize> = HashMap::new();
-    for (c, (chat, got)) in d.chats.iter().zip(&answers).enumerate() {
+    for (c, (chat, got)) in d.people.chats.iter().zip(&answers).enumerate() {
         let late: HashSet<usize> =
             late.iter().filter(|(of, _)| *of == c).map(|(_, m)| *m).collect();
         let verdict = Verdict::of(*chat, messages, got, &late);
