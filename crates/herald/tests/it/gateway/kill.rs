@@ -2,7 +2,9 @@
 //! behind a slow model, on each platform alone and on all three at once, and started again.
 //! Once it is quiet, every message sent (before, between and after the kills) is answered, in
 //! order, exactly once; the only doubles allowed are those the outbox says a crash may send
-//! twice, and only on a platform that cannot deduplicate its sends.
+//! twice, and only on a platform that cannot deduplicate its sends. A Slack message whose
+//! event reached only a killed process comes back by Slack's redelivery seconds later, after
+//! newer ones: it must be answered once, in any place.
 //!
 //! Seeds are fixed so that a failure can be run again: `HERALD_KILL_SEED=N` runs one seed.
 
