@@ -338,11 +338,18 @@ impl Outbox {
                 }
             }
         };
-        // Pieces reported just before the answer.
+        // Pieces reported just before the answer: noted too, or a failed try that follows
+        // would leave them to be sent again after a restart.
+        let mut late = None;
         if let Some(progress) = &mut progress {
             while let Ok(pieces) = progress.try_recv() {
-                parcel.pieces = parcel.pieces.max(pieces);
+                late = late.max(Some(pieces));
             }
+        }
+        if let Some(pieces) = late
+            && sent.is_err()
+        {
+            self.taken(parcel, pieces).await;
         }
         match sent {
             Ok(_) => {

@@ -42,12 +42,12 @@ pub(crate) struct Idle {
 /// What waits for the running turn to end.
 #[derive(Debug)]
 enum Pending {
-    /// A stored, queued message (its `inbound_queue` position).
-    Message { seq: i64, reply_to: Option<String> },
+    /// A stored, queued message (its `inbound_queue` position), and who wrote it where.
+    Message { seq: i64, reply_to: Option<String>, chat: ChatRef, user: UserRef },
     /// A command that changes the session, and the inbound id it answers.
     Command(Command, Allowed, Option<String>),
-    /// Answer the session's unanswered last message.
-    Resume,
+    /// Answer the session's unanswered last message, written by this user in this chat.
+    Resume(ChatRef, UserRef),
 }
 
 /// The state of one conversation's worker.
@@ -120,13 +120,17 @@ impl<P: Provider + 'static> Worker<P> {
         // history. Where a newer message interrupts a turn, it is taken in with the newer one,
         // as the interruption would have. Alone on its store, the router asks for this at
         // start (`Input::Resume`); on a shared one, another replica's death leaves it here.
-        let resume = matches!(first, Input::Resume(..)) || self.shared.store.is_shared();
-        let interrupt = self.shared.settings.busy_input == BusyInput::Interrupt;
-        if resume && unanswered && !(interrupt && queued) {
-            self.queue.push_back(Pending::Resume);
+        // Asked for, it is queued whatever the first read said (a failed read says no):
+        // `start_next` looks at the session again before it answers.
+        if matches!(first, Input::Resume(..)) || (self.shared.store.is_shared() && unanswered) {
+            self.queue.push_back(Pending::Resume(self.chat.clone(), self.user.clone()));
         }
         if queued {
             self.pull().await;
+        }
+        let interrupt = self.shared.settings.busy_input == BusyInput::Interrupt;
+        if interrupt && self.queue.iter().any(|p| matches!(p, Pending::Message { .. })) {
+            self.queue.retain(|p| !matches!(p, Pending::Resume(..)));
         }
         // Behind what waits in the store: a command waits for the turn started first. A pull's
         // messages were just taken in.
@@ -236,7 +240,8 @@ impl<P: Provider + 'static> Worker<P> {
             Placement::Quote(message) => Some(message),
             Placement::Plain | Placement::Thread(_) => None,
         };
-        self.queue.push_back(Pending::Message { seq: queued.seq, reply_to });
+        let (chat, user) = (queued.chat, queued.user);
+        self.queue.push_back(Pending::Message { seq: queued.seq, reply_to, chat, user });
     }
 
     async fn on_input(&mut self, input: Input, busy: bool) -> Option<JoinHandle<TurnEnd>> {
@@ -260,9 +265,7 @@ impl<P: Provider + 'static> Worker<P> {
                 None
             }
             Input::Resume(chat, user) => {
-                self.chat = chat;
-                self.user = user;
-                self.queue.push_back(Pending::Resume);
+                self.queue.push_back(Pending::Resume(chat, user));
                 None
             }
         }
@@ -295,7 +298,8 @@ impl<P: Provider + 'static> Worker<P> {
                     ack.settle();
                     self.known.insert(seq);
                     debug!(key = %self.key, seq, "queued while the session is busy");
-                    self.queue.push_back(Pending::Message { seq, reply_to });
+                    let (chat, user) = (chat.clone(), user.clone());
+                    self.queue.push_back(Pending::Message { seq, reply_to, chat, user });
                     if self.shared.settings.busy_input == BusyInput::Interrupt
                         && let Some(running) = &self.running
                     {
@@ -360,22 +364,25 @@ impl<P: Provider + 'static> Worker<P> {
     async fn start_next(&mut self) -> Option<JoinHandle<TurnEnd>> {
         while let Some(pending) = self.queue.pop_front() {
             match pending {
-                Pending::Message { seq, mut reply_to } => {
+                Pending::Message { seq, mut reply_to, mut chat, mut user } => {
                     let mut take = vec![seq];
                     while self.shared.settings.busy_input == BusyInput::Interrupt {
                         let Some(Pending::Message { .. }) = self.queue.front() else { break };
-                        if let Some(Pending::Message { seq, reply_to: newer }) =
+                        if let Some(Pending::Message { seq, reply_to: newer, chat: c, user: u }) =
                             self.queue.pop_front()
                         {
                             take.push(seq);
-                            reply_to = newer;
+                            (reply_to, chat, user) = (newer, c, u);
                         }
                     }
+                    // The turn answers the newest of them, where and for whom it was written.
+                    (self.chat, self.user) = (chat, user);
                     if self.session_or_log().await {
                         return Some(self.spawn_turn(take, reply_to, None));
                     }
                 }
-                Pending::Resume => {
+                Pending::Resume(chat, user) => {
+                    (self.chat, self.user) = (chat, user);
                     // Asked for twice (the sweep, and this worker's own look at the session
                     // when it started), or answered meanwhile: answered once.
                     if self.left_unanswered().await && self.session_or_log().await {
