@@ -214,6 +214,9 @@ impl Handler {
 impl EventHandler for Handler {
     async fn ready(&self, ctx: Context, ready: Ready) {
         let Some(inner) = self.live() else { return };
+        // A new session: what was sent before it is fetched, and no message of it may move a
+        // cursor past that gap meanwhile.
+        inner.gap_opened(self.shard);
         let bot = Bot { id: ready.user.id, name: ready.user.name.clone() };
         *inner.bot.write().unwrap_or_else(PoisonError::into_inner) = Some(bot);
         lock(&inner.caches).insert(self.shard, ctx.cache.clone());

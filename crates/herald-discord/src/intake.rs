@@ -2,7 +2,7 @@
 //! or fetched after a gap), turned into an [`Inbound`] in the order Discord dispatched it, and
 //! its channel's cursor moved once the gateway settled it and every older one.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
@@ -30,13 +30,20 @@ const REFETCH_AFTER: Duration = Duration::from_secs(5);
 pub(crate) enum Incoming {
     Message(Box<Message>),
     Interaction(Box<CommandInteraction>),
+    /// What a fetch after `shard`'s gap found in `channel` was all offered before this.
+    GapFilled {
+        channel: u64,
+        shard: u32,
+    },
 }
 
 impl Incoming {
-    fn id(&self) -> u64 {
+    /// The id second copies share; `None` for what is never a copy.
+    fn id(&self) -> Option<u64> {
         match self {
-            Incoming::Message(message) => message.id.get(),
-            Incoming::Interaction(interaction) => interaction.id.get(),
+            Incoming::Message(message) => Some(message.id.get()),
+            Incoming::Interaction(interaction) => Some(interaction.id.get()),
+            Incoming::GapFilled { .. } => None,
         }
     }
 }
@@ -62,6 +69,10 @@ pub(crate) enum Place {
 struct Progress {
     /// Offered and not yet settled (`false`) or settled (`true`), by id.
     open: BTreeMap<u64, bool>,
+    /// The shards whose gap before everything in `open` is not fetched yet. Messages heard
+    /// live meanwhile are newer than the gap: the cursor waits, or a fetch after it would
+    /// start past the gap.
+    gaps: BTreeSet<u32>,
 }
 
 impl Progress {
@@ -69,6 +80,20 @@ impl Progress {
     fn settle(&mut self, id: u64) -> Option<u64> {
         if let Some(done) = self.open.get_mut(&id) {
             *done = true;
+        }
+        self.advance()
+    }
+
+    /// The gap `shard` left was fetched (and what it held offered); the new cursor, if any.
+    fn gap_filled(&mut self, shard: u32) -> Option<u64> {
+        self.gaps.remove(&shard);
+        self.advance()
+    }
+
+    /// Takes the settled messages off the front; the newest of them, unless a gap is open.
+    fn advance(&mut self) -> Option<u64> {
+        if !self.gaps.is_empty() {
+            return None;
         }
         let mut cursor = None;
         while let Some(entry) = self.open.first_entry() {
@@ -198,8 +223,19 @@ impl Inner {
     /// Queues an event unless it was seen already. Called in dispatch order from the shard's
     /// collector, and from the (unordered) event handler for what the collector missed.
     pub(crate) fn offer(&self, incoming: Incoming) {
-        if lock(&self.seen).first(incoming.id()) {
+        if incoming.id().is_none_or(|id| lock(&self.seen).first(id)) {
             let _ = self.funnel.send(incoming);
+        }
+    }
+
+    /// Holds the cursor of every channel known where it is: `shard` starts a session whose
+    /// gap is fetched from there (see [`Progress::gaps`]). Called before the session's first
+    /// message is read.
+    pub(crate) fn gap_opened(&self, shard: u32) {
+        let channels: Vec<u64> = lock(&self.cursors).keys().copied().collect();
+        let mut progress = lock(&self.progress);
+        for channel in channels {
+            progress.entry(channel).or_default().gaps.insert(shard);
         }
     }
 
@@ -218,6 +254,12 @@ impl Inner {
             match incoming {
                 Incoming::Message(message) => self.message(*message).await,
                 Incoming::Interaction(interaction) => self.slash_command(interaction).await,
+                Incoming::GapFilled { channel, shard } => {
+                    let cursor = lock(&self.progress).entry(channel).or_default().gap_filled(shard);
+                    if let Some(cursor) = cursor {
+                        self.moved(channel, cursor).await;
+                    }
+                }
             }
         }
     }
@@ -274,6 +316,11 @@ impl Inner {
         let Some(cursor) = lock(&self.progress).entry(channel).or_default().settle(id) else {
             return;
         };
+        self.moved(channel, cursor).await;
+    }
+
+    /// Moves `channel`'s cursor to `cursor` (never back) and reports it.
+    async fn moved(&self, channel: u64, cursor: u64) {
         {
             let mut cursors = lock(&self.cursors);
             let known = cursors.entry(channel).or_default();
@@ -416,6 +463,20 @@ mod tests {
         assert_eq!(progress.settle(2), None);
         assert_eq!(progress.settle(1), Some(2));
         assert_eq!(progress.settle(3), Some(3));
+        assert!(progress.open.is_empty());
+    }
+
+    #[test]
+    fn a_channel_cursor_waits_for_the_gaps_before_live_messages() {
+        let mut progress = Progress::default();
+        progress.gaps.extend([0, 1]);
+        progress.open.insert(30, false);
+        assert_eq!(progress.settle(30), None, "heard live, newer than the gap");
+        assert_eq!(progress.gap_filled(0), None, "shard 1's gap is still open");
+        // The fetch offered the gap's messages before saying it was done.
+        progress.open.insert(12, false);
+        assert_eq!(progress.gap_filled(1), None);
+        assert_eq!(progress.settle(12), Some(30));
         assert!(progress.open.is_empty());
     }
 

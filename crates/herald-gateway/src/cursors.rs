@@ -87,7 +87,9 @@ pub(crate) struct Saved {
     pub(crate) kept: BTreeMap<String, String>,
 }
 
-/// Everything saved for `platform`, where its adapter resumes.
+/// Everything saved for `platform`, where its adapter resumes. A chat with an open session
+/// but no saved position (it was never saved before a crash) resumes after the newest message
+/// stored in it, the oldest such one where sessions share it, so a fetch after a gap covers it.
 pub(crate) async fn load(store: &Store, platform: Platform) -> Result<Saved, StoreError> {
     let mut saved = Saved::default();
     for (name, value) in store.cursors(platform).await? {
@@ -99,7 +101,26 @@ pub(crate) async fn load(store: &Store, platform: Platform) -> Result<Saved, Sto
             saved.kept.insert(kept.to_owned(), value);
         }
     }
+    let mut stored: BTreeMap<String, String> = BTreeMap::new();
+    for (chat, newest) in store.newest_inbound(platform).await? {
+        if saved.channels.contains_key(&chat) {
+            continue;
+        }
+        let oldest = stored.entry(chat).or_insert_with(|| newest.clone());
+        if older(&newest, oldest) {
+            *oldest = newest;
+        }
+    }
+    saved.channels.extend(stored);
     Ok(saved)
+}
+
+/// Whether position `a` comes before `b`: as numbers where both are (snowflakes), else as text.
+fn older(a: &str, b: &str) -> bool {
+    match (a.parse::<u128>(), b.parse::<u128>()) {
+        (Ok(a), Ok(b)) => a < b,
+        _ => a < b,
+    }
 }
 
 /// The position `key` was saved at, if any.

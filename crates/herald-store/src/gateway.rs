@@ -95,6 +95,30 @@ impl Lite {
         .await?)
     }
 
+    /// Where each open routed session of `platform` stands: its chat (its thread, when it has
+    /// one) and the platform id of its newest message that has one. Read at a start, not per
+    /// message: one step back along each session's history index.
+    pub async fn newest_inbound(
+        &self,
+        platform: Platform,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT chat, newest FROM
+                 (SELECT coalesce(s.thread_id, s.chat_id) AS chat,
+                         (SELECT m.platform_message_id FROM messages m
+                          WHERE m.session_no = s.no AND m.platform_message_id IS NOT NULL
+                          ORDER BY m.id DESC LIMIT 1) AS newest
+                  FROM sessions s
+                  WHERE s.source = ? AND s.ended_at IS NULL
+                    AND s.id IN (SELECT session_id FROM routes))
+             WHERE chat IS NOT NULL AND newest IS NOT NULL
+             ORDER BY chat",
+        )
+        .bind(platform.as_str())
+        .fetch_all(&self.inner.pool)
+        .await?)
+    }
+
     /// Saves a platform's position.
     pub async fn set_cursor(
         &self,

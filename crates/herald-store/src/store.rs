@@ -204,6 +204,9 @@ pass_on! {
     fn cursor(&self, platform: Platform, name: &str) -> Result<Option<String>, StoreError>;
     /// Every saved position of `platform`, by name.
     fn cursors(&self, platform: Platform) -> Result<Vec<(String, String)>, StoreError>;
+    /// Each open routed session's chat (its thread, when it has one) on `platform`, with the
+    /// platform id of its newest message that has one.
+    fn newest_inbound(&self, platform: Platform) -> Result<Vec<(String, String)>, StoreError>;
     /// Saves a platform position.
     fn set_cursor(&self, platform: Platform, name: &str, value: &str) -> Result<(), StoreError>;
     /// Queues an inbound message for its session (recording its id as processed); `None` when

@@ -30,6 +30,7 @@ herald_test_bot, id 100000000000000001), and
                         or {\"kind\":\"status\",\"status\":502}   (the next post gets it; add
                         \"route\":\"list_messages\", typing, ... for another route)
   POST /_fake/message_content {\"denied\":true}   (IDENTIFY with that intent closes 4014)
+  POST /_fake/history {\"held\":true}   (message history waits until released with false)
   POST /_fake/drop   (gateway sockets dropped without a close frame)
   POST /_fake/heartbeat {\"interval_ms\":500,\"withhold_acks\":true}   (either field optional)
   POST /_fake/commands  {\"user_id\":1,\"name\":\"new\"}   (optional: options, channel_id, guild_id)

@@ -17,6 +17,8 @@
 //!   "list_messages"` (or `get_channel`, `typing`, `start_thread`, `put_commands`,
 //!   `interaction_callback`, `followup`) for another route
 //! - `POST /_fake/message_content {"denied": true}`: IDENTIFY with that intent closes 4014
+//! - `POST /_fake/history {"held": true}`: message history answered only once released (`false`)
+//!   → `{"requests": N}`, the history requests so far
 //! - `POST /_fake/drop` (gateway sockets dropped, no close frame)
 //! - `POST /_fake/heartbeat {"interval_ms": 500, "withhold_acks": true}` (either field optional)
 //! - `POST /_fake/commands` with a [`super::SlashCommand`] (`{"user_id": 1, "name": "new"}`) →
@@ -57,6 +59,7 @@ pub(crate) fn routes() -> Router<Ctx> {
         .route("/_fake/invalid_session", post(invalid_session))
         .route("/_fake/send_fault", post(send_fault))
         .route("/_fake/message_content", post(message_content))
+        .route("/_fake/history", post(history))
 }
 
 async fn inject(State(ctx): State<Ctx>, Json(msg): Json<InboundMessage>) -> Json<Value> {
@@ -157,6 +160,16 @@ struct MessageContent {
 async fn message_content(State(ctx): State<Ctx>, Json(body): Json<MessageContent>) -> Json<Value> {
     ctx.shared.lock().message_content_denied = body.denied;
     Json(json!({"ok": true}))
+}
+
+#[derive(Deserialize)]
+struct History {
+    held: bool,
+}
+
+async fn history(State(ctx): State<Ctx>, Json(body): Json<History>) -> Json<Value> {
+    ctx.shared.history_held.send_replace(body.held);
+    Json(json!({"requests": *ctx.shared.history_asked.borrow()}))
 }
 
 async fn typing(State(ctx): State<Ctx>) -> Json<Vec<u64>> {

@@ -23,8 +23,9 @@
 //! - Faults: [`FakeDiscord::close_with`] (any close code), [`FakeDiscord::reconnect`] (op 7),
 //!   [`FakeDiscord::invalid_session`] (op 9), [`FakeDiscord::drop_connections`] (no close
 //!   frame), [`FakeDiscord::set_offline`] (down for a while), [`FakeDiscord::deny_message_content`]
-//!   (4014), [`FakeDiscord::withhold_heartbeat_acks`], and [`FakeDiscord::push_fault`] (429 with
-//!   `retry_after` in body and headers, or any status, per [`Route`]).
+//!   (4014), [`FakeDiscord::withhold_heartbeat_acks`], [`FakeDiscord::push_fault`] (429 with
+//!   `retry_after` in body and headers, or any status, per [`Route`]), and
+//!   [`FakeDiscord::hold_history`] (message history answered only once released).
 //! - Messages are injected in DMs, server channels, threads ([`FakeDiscord::create_thread`]) and
 //!   forum posts ([`FakeDiscord::create_forum_post`]), mentioning the bot, replying to a
 //!   message, or from a bot; slash commands with [`FakeDiscord::inject_command`].
@@ -306,6 +307,17 @@ impl FakeDiscord {
     /// Drops every open gateway connection without a close frame, as a network failure would.
     pub fn drop_connections(&self) {
         let _ = self.inner.shared.events.send(Event::Abort);
+    }
+
+    /// While `held`, `GET /channels/{id}/messages` (the fetch after a gap) waits before it
+    /// answers; releasing it answers every waiting request with the messages as they are then.
+    pub fn hold_history(&self, held: bool) {
+        self.inner.shared.history_held.send_replace(held);
+    }
+
+    /// How many `GET /channels/{id}/messages` requests arrived so far, answered or held.
+    pub fn history_requests(&self) -> usize {
+        *self.inner.shared.history_asked.borrow()
     }
 
     /// While offline (down for a while), every connection, REST and gateway, open or new, is

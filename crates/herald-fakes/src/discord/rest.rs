@@ -273,6 +273,9 @@ async fn list_messages(
     if let Some(fault) = take_fault(&ctx, Route::ListMessages) {
         return fault;
     }
+    ctx.shared.history_asked.send_modify(|n| *n += 1);
+    // Read after the hold: what was posted meanwhile is in the answer, as it would be.
+    let _ = ctx.shared.history_held.subscribe().wait_for(|held| !*held).await;
     let limit = query.limit.unwrap_or(50);
     if !(1..=100).contains(&limit) {
         return invalid_form("limit", "NUMBER_TYPE_MAX", "int value should be between 1 and 100.");

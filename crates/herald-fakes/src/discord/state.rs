@@ -236,6 +236,11 @@ pub(crate) struct Shared {
     pub sent: watch::Sender<usize>,
     /// While true, connections are dropped as soon as they are accepted, and open ones end.
     pub offline: watch::Sender<bool>,
+    /// While true, `GET /channels/{id}/messages` waits before it answers (a fetch after a gap
+    /// held back, so a test can dispatch a newer message first).
+    pub history_held: watch::Sender<bool>,
+    /// How many `GET /channels/{id}/messages` requests arrived, answered or held.
+    pub history_asked: watch::Sender<usize>,
 }
 
 impl Default for Shared {
@@ -245,6 +250,8 @@ impl Default for Shared {
             events: broadcast::Sender::new(1024),
             sent: watch::Sender::new(0),
             offline: watch::Sender::new(false),
+            history_held: watch::Sender::new(false),
+            history_asked: watch::Sender::new(0),
         }
     }
 }

@@ -39,6 +39,27 @@ impl Pg {
         .await?)
     }
 
+    pub(crate) async fn newest_inbound(
+        &self,
+        platform: Platform,
+    ) -> Result<Vec<(String, String)>, StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT chat, newest FROM
+                 (SELECT coalesce(s.thread_id, s.chat_id) AS chat,
+                         (SELECT m.platform_message_id FROM messages m
+                          WHERE m.session_id = s.id AND m.platform_message_id IS NOT NULL
+                          ORDER BY m.id DESC LIMIT 1) AS newest
+                  FROM sessions s
+                  WHERE s.source = $1 AND s.ended_at IS NULL
+                    AND s.id IN (SELECT session_id FROM routes)) open
+             WHERE chat IS NOT NULL AND newest IS NOT NULL
+             ORDER BY chat",
+        )
+        .bind(platform.as_str())
+        .fetch_all(&self.inner.pool)
+        .await?)
+    }
+
     pub(crate) async fn set_cursor(
         &self,
         platform: Platform,

@@ -61,6 +61,42 @@ async fn cursors_are_kept_per_platform_and_name_across_restarts(store, scratch) 
     }
 }
 
+async fn open_sessions_say_where_their_chats_stand(store, scratch) {
+    let routed_in = async |key: &str, chat: &str, thread: Option<&str>| {
+        let new = NewSession {
+            session_key: Some(key.to_owned()),
+            chat_id: Some(chat.to_owned()),
+            thread_id: thread.map(str::to_owned),
+            ..session_for(Platform::Discord, key)
+        };
+        store.route_or_create(key, &new).await.unwrap().0
+    };
+    let inbound = async |session: &Session, id: &str| {
+        let message = NewMessage::user(format!("message {id}"));
+        store.append_inbound(&session.id, Platform::Discord, id, message).await.unwrap();
+    };
+    let dm = routed_in("discord:dm:1", "501", None).await;
+    inbound(&dm, "900").await;
+    inbound(&dm, "1000").await;
+    store.append_messages(&dm.id, vec![NewMessage::assistant("answer")]).await.unwrap();
+    let thread = routed_in("discord:thread:2", "600", Some("601")).await;
+    inbound(&thread, "950").await;
+    let ended = routed_in("discord:dm:3", "503", None).await;
+    inbound(&ended, "970").await;
+    store.end_session(&ended.id, "new").await.unwrap();
+    let _empty = routed_in("discord:dm:4", "504", None).await;
+    let elsewhere = NewSession {
+        session_key: Some("telegram:dm:5".into()),
+        ..session_for(Platform::Telegram, "5")
+    };
+    let telegram = store.route_or_create("telegram:dm:5", &elsewhere).await.unwrap().0;
+    store.append_inbound(&telegram.id, Platform::Telegram, "7", NewMessage::user("hi")).await.unwrap();
+
+    let newest = store.newest_inbound(Platform::Discord).await.unwrap();
+    let expected = [("501", "1000"), ("601", "950")].map(|(c, m)| (c.to_owned(), m.to_owned()));
+    assert_eq!(newest, expected);
+}
+
 async fn queued_messages_keep_arrival_order_and_who_wrote_them_across_restarts(store, scratch) {
     let dm = routed(&store, "telegram:dm:42").await;
     let group = routed(&store, "telegram:group:-7:topic:3").await;

@@ -1,8 +1,10 @@
 //! Outages: what was sent while the daemon was stopped, or while Discord was unreachable
-//! past resuming, is fetched from each channel's cursor and answered once; a refused token or
+//! past resuming, is fetched from each channel's cursor (or its session's newest message) and
+//! answered once, whatever is heard live before the fetch; a refused token or
 //! intent is one line in the log while Telegram keeps answering.
 
 use herald_fakes::discord::{FakeDiscord, InboundMessage};
+use sqlx::Connection;
 
 use super::{DiscordDaemon, GUILD, Setup, TELEGRAM_USER, USERS, settle};
 
@@ -37,6 +39,59 @@ async fn messages_sent_while_the_daemon_was_stopped_are_answered_once() {
     assert_eq!(d.sent_to(dm).len(), 4, "{:?}", d.sent_to(dm));
     assert_eq!(d.sent_to(channel).len(), 2, "{:?}", d.sent_to(channel));
     assert_eq!(d.model.request_count(), 6, "the chatter never reached the model");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_newer_message_heard_before_the_fetch_leaves_the_gap_before_it_answered() {
+    let mut d = DiscordDaemon::start("").await;
+    // Six channels the bot answered in: four fetched at once after the restart, held by the
+    // fake, while the fifth, whose cursor is read later, hears a newer message live.
+    let channels: Vec<u64> = (45_001..=45_006).collect();
+    let (live, unsaved) = (channels[4], channels[5]);
+    for &channel in &channels {
+        d.mention(channel, USERS[0], "before");
+        d.replies(channel, 1).await;
+    }
+    assert_eq!(d.stop().await, 0, "{}", d.logs());
+    // As after a crash before the channel's cursor was saved: only its session knows it.
+    let url = format!("sqlite://{}", d.world.db.display());
+    let mut db = sqlx::SqliteConnection::connect(&url).await.unwrap();
+    let forget = format!("DELETE FROM platform_cursors WHERE name = 'channel:{unsaved}'");
+    sqlx::query(sqlx::AssertSqlSafe(forget)).execute(&mut db).await.unwrap();
+    drop(db);
+
+    for n in 1..=3 {
+        d.mention(live, USERS[0], &format!("while down {n}"));
+    }
+    for n in 1..=2 {
+        d.mention(unsaved, USERS[1], &format!("unsaved while down {n}"));
+    }
+    d.discord.hold_history(true);
+    d.spawn().await;
+    d.until("the first fetches never came", |d| d.discord.history_requests() >= 4).await;
+    d.mention(live, USERS[0], "live");
+    let sent = d.replies(live, 2).await;
+    assert_eq!(sent[1].content, "echo: live");
+    d.discord.hold_history(false);
+
+    let sent = d.replies(live, 5).await;
+    let expected = [
+        "echo: before",
+        "echo: live",
+        "echo: while down 1",
+        "echo: while down 2",
+        "echo: while down 3",
+    ];
+    assert_eq!(DiscordDaemon::texts(&sent), expected);
+    let sent = d.replies(unsaved, 3).await;
+    assert_eq!(
+        DiscordDaemon::texts(&sent),
+        ["echo: before", "echo: unsaved while down 1", "echo: unsaved while down 2"]
+    );
+    settle().await;
+    assert_eq!(d.sent_to(live).len(), 5, "each once: {:?}", d.sent_to(live));
+    assert_eq!(d.sent_to(unsaved).len(), 3, "each once: {:?}", d.sent_to(unsaved));
+    assert_eq!(d.model.request_count(), 6 + 4 + 2);
 }
 
 #[tokio::test(flavor = "multi_thread")]
