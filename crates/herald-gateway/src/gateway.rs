@@ -35,6 +35,18 @@ const FOUND_WAITING: usize = 1024;
 /// How long adapters get to deliver the last replies after the drain.
 const ADAPTER_FLUSH: Duration = Duration::from_secs(10);
 
+/// Why [`Gateway::run`] ended other than by its shutdown.
+#[derive(Debug, thiserror::Error)]
+pub enum GatewayError {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Every platform's adapter stopped for good (a refused token, say): nothing is left to
+    /// serve, and a restart policy may try again. The reasons, one per platform.
+    #[error("every platform stopped: {0}")]
+    PlatformsStopped(String),
+}
+
 /// The daemon: platforms in, sessions and the agent in the middle, replies out.
 #[derive(Debug)]
 pub struct Gateway<P> {
@@ -140,9 +152,10 @@ impl<P: Provider + 'static> Gateway<P> {
         Ok(())
     }
 
-    /// Runs until `shutdown` resolves, then stops taking messages, lets running turns finish
-    /// for up to `drain_timeout`, delivers their replies and closes the store.
-    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), StoreError> {
+    /// Runs until `shutdown` resolves, or until every platform stopped for good, then stops
+    /// taking messages, lets running turns finish for up to `drain_timeout`, delivers their
+    /// replies and closes the store.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), GatewayError> {
         let Gateway {
             store,
             provider,
@@ -190,10 +203,10 @@ impl<P: Provider + 'static> Gateway<P> {
         info!("gateway running");
         started.0.cancel();
         tokio::pin!(shutdown);
-        loop {
+        let stopped = loop {
             tokio::select! {
                 biased;
-                () = &mut shutdown => break,
+                () = &mut shutdown => break None,
                 // Before the events: a steady stream of them must not starve the heartbeat.
                 Some(beat) = beats.recv() => {
                     let _ = beat.send(());
@@ -202,7 +215,11 @@ impl<P: Provider + 'static> Gateway<P> {
                     if let Event::Adapter(AdapterEvent::Inbound(_)) = &event {
                         metrics.received(platform);
                     }
+                    let ended = matches!(event, Event::Stopped(_));
                     router.on_event(platform, event).await;
+                    if ended && let Some(reasons) = router.states.all_failed() {
+                        break Some(reasons);
+                    }
                 }
                 Some(idle) = idle_rx.recv() => router.on_idle(idle),
                 Some(found) = found_rx.recv() => match found {
@@ -212,7 +229,7 @@ impl<P: Provider + 'static> Gateway<P> {
                     Found::Unanswered(session) => router.on_unanswered(*session).await,
                 },
             }
-        }
+        };
 
         info!(
             workers = router.workers.len(),
@@ -262,7 +279,10 @@ impl<P: Provider + 'static> Gateway<P> {
         }
         store.close().await;
         info!("gateway stopped");
-        Ok(())
+        match stopped {
+            Some(reasons) => Err(GatewayError::PlatformsStopped(reasons)),
+            None => Ok(()),
+        }
     }
 }
 

@@ -30,7 +30,7 @@ mod worker;
 
 pub use auth::{Allowed, pairing_code};
 pub use commands::{Command, HELP};
-pub use gateway::Gateway;
+pub use gateway::{Gateway, GatewayError};
 pub use link::{PlatformState, PlatformStates};
 pub use liveness::{Heartbeat, Started};
 pub use metrics::{Metrics, PROMETHEUS_TEXT, RUN_BUCKETS, StoreFigures};

@@ -103,6 +103,21 @@ impl PlatformStates {
         self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert(platform, state);
     }
 
+    /// Why every platform stopped, in one line, when every one did for good.
+    pub fn all_failed(&self) -> Option<String> {
+        let all = self.snapshot();
+        let mut reasons = Vec::with_capacity(all.len());
+        for (platform, state) in &all {
+            let PlatformState::Failed { error } = state else { return None };
+            // An adapter's error names its platform already, as a refused token does.
+            reasons.push(match error.starts_with(platform.as_str()) {
+                true => error.clone(),
+                false => format!("{platform}: {error}"),
+            });
+        }
+        (!reasons.is_empty()).then(|| reasons.join("; "))
+    }
+
     /// Every platform's state, in platform order.
     pub fn snapshot(&self) -> Vec<(Platform, PlatformState)> {
         let map = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);

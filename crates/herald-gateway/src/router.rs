@@ -155,8 +155,11 @@ impl<P: Provider + 'static> Router<P> {
                 self.states.set(platform, PlatformState::Retrying { error });
             }
             Event::Stopped(Some(error)) => {
-                error!(%platform, %error, "platform stopped; the other platforms keep running");
-                self.states.set(platform, PlatformState::Failed { error });
+                self.states.set(platform, PlatformState::Failed { error: error.clone() });
+                // When none is left the gateway stops and says why, once.
+                if self.states.all_failed().is_none() {
+                    error!(%platform, %error, "platform stopped; the other platforms keep running");
+                }
             }
             Event::Stopped(None) => info!(%platform, "platform stopped"),
         }

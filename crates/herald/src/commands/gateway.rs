@@ -1,5 +1,5 @@
 //! `herald gateway`: the daemon. Every configured platform is started; one that cannot start
-//! is reported and the others keep running. Around the gateway run the service parts of
+//! is reported and the others keep running, and when none is left the daemon exits with 1. Around the gateway run the service parts of
 //! [`crate::daemon`]: systemd notifications and watchdog, `/healthz` and `/metrics`, and the
 //! reload on SIGHUP.
 
@@ -12,7 +12,7 @@ use herald_agent::Provider;
 use herald_core::{Adapter, Platform};
 use herald_discord::DiscordAdapter;
 use herald_gateway::compress::CompressionSettings;
-use herald_gateway::{Gateway, GatewaySettings, Reloadable, history};
+use herald_gateway::{Gateway, GatewayError, GatewaySettings, Reloadable, history};
 use herald_slack::SlackAdapter;
 use herald_store::Store;
 use herald_telegram::TelegramAdapter;
@@ -113,11 +113,17 @@ pub async fn serve(
             stopping.cancel();
         })
         .await;
+    // Stopped by itself (every platform gone), the shutdown never came: end what waits for it.
+    phases.stopping.cancel();
     phases.stopped.cancel();
     tasks.close();
     tasks.wait().await;
-    result.context("the gateway stopped with an error")?;
-    Ok(ExitCode::SUCCESS)
+    match result {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        // Its own line: the reason a restart policy acts on.
+        Err(stopped @ GatewayError::PlatformsStopped(_)) => Err(stopped.into()),
+        Err(e) => Err(anyhow::Error::from(e).context("the gateway stopped with an error")),
+    }
 }
 
 /// The gateway's settings from `[gateway]`, `[model]`, `[agent]` and the platform sections.

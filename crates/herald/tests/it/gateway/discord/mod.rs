@@ -133,6 +133,16 @@ impl DiscordDaemon {
         self.until(&what, |d| d.logs().matches(text).count() >= n).await;
     }
 
+    /// Waits until the gateway exits by itself, and returns its exit code.
+    pub async fn exited(&mut self) -> i32 {
+        let started = Instant::now();
+        while self.process.is_running() {
+            assert!(started.elapsed() < PATIENCE, "the gateway kept running: {}", self.logs());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        self.process.stop(PATIENCE).await
+    }
+
     /// SIGTERM (unless it was killed already), then the exit code.
     pub async fn stop(&mut self) -> i32 {
         self.process.stop(PATIENCE).await

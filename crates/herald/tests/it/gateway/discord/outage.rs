@@ -1,7 +1,8 @@
 //! Outages: what was sent while the daemon was stopped, or while Discord was unreachable
 //! past resuming, is fetched from each channel's cursor (or its session's newest message) and
 //! answered once, whatever is heard live before the fetch; a refused token or
-//! intent is one line in the log while Telegram keeps answering.
+//! intent is one line in the log while Telegram keeps answering, and ends the daemon (status 1,
+//! the reason in one line) when Discord was its only platform.
 
 use herald_fakes::discord::{FakeDiscord, InboundMessage};
 use sqlx::Connection;
@@ -161,4 +162,20 @@ async fn a_4004_close_names_the_token_variable_while_telegram_answers() {
     let env = [("DISCORD_BOT_TOKEN", "not-the-token")];
     let line = "refused the token: the gateway closed with 4004 (authentication failed); check DISCORD_BOT_TOKEN";
     refused_while_telegram_answers(&env, |_| {}, line).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_token_on_the_only_platform_ends_the_daemon_with_the_reason() {
+    let env = [("DISCORD_BOT_TOKEN", "not-the-token")];
+    let mut d = DiscordDaemon::prepare(Setup { env: &env, ..Setup::default() }).await;
+    d.launch();
+    let code = d.exited().await;
+    let logs = d.logs();
+    assert_eq!(code, 1, "{logs}");
+    let reason = "error: every platform stopped: discord refused the token: the gateway closed \
+                  with 4004 (authentication failed); check DISCORD_BOT_TOKEN";
+    let lines: Vec<&str> = logs.lines().filter(|l| l.contains("refused the token")).collect();
+    assert_eq!(lines, [reason], "{logs}");
+    assert!(!logs.contains(" ERROR "), "the reason is said once: {logs}");
+    assert!(!logs.contains("not-the-token"), "the token is never logged: {logs}");
 }
