@@ -20,7 +20,9 @@ pub use adapter::{
 pub use chat::{ChatKind, ChatRef, SessionKey, UserRef};
 pub use chunk::chunk;
 pub use claims::{Claim, Claimer, Claims, PositionSource, Positions};
-pub use message::{Ack, Inbound, Outbound, SendError, SentId, Tracking, backoff, first_piece};
+pub use message::{
+    Ack, Inbound, Outbound, SendError, SentId, Taken, Tracking, backoff, first_piece,
+};
 pub use platform::{ParsePlatformError, Platform};
 pub use reply::{Placement, ReplyStyle};
 pub use role::{ParseRoleError, Role};

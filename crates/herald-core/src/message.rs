@@ -46,14 +46,40 @@ impl Inbound {
 /// - Slack: the envelope is acknowledged once settled, which must happen within 3 s of its
 ///   arrival, or Slack delivers it again (`retry_attempt`) and the dedupe answers it once. An
 ///   envelope is never acknowledged unsettled, so a late store costs a redelivery, not a loss.
+///
+/// A message whose sender the platform can answer privately (a Discord slash command) has an
+/// [`Ack::answerable`] ack: the gateway refuses it with one line for its sender instead
+/// ([`Ack::refuse`]) when the sender may not use the bot, and the adapter answers with that
+/// line alone.
 #[derive(Debug)]
-pub struct Ack(Option<oneshot::Sender<()>>);
+pub struct Ack(Option<Settle>);
+
+#[derive(Debug)]
+enum Settle {
+    Kept(oneshot::Sender<()>),
+    Answerable(oneshot::Sender<Taken>),
+}
+
+/// How the gateway took a message with an [`Ack::answerable`] ack.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Taken {
+    /// Kept (stored or recorded): it is answered as usual.
+    Kept,
+    /// Its sender may not use the bot: this line, for them alone, is all the answer.
+    Refused(String),
+}
 
 impl Ack {
     /// A new ack and the receiver that resolves when it is settled (an error when dropped).
     pub fn new() -> (Ack, oneshot::Receiver<()>) {
         let (tx, rx) = oneshot::channel();
-        (Ack(Some(tx)), rx)
+        (Ack(Some(Settle::Kept(tx))), rx)
+    }
+
+    /// An ack whose receiver also hears a refusal and its line (an error when dropped).
+    pub fn answerable() -> (Ack, oneshot::Receiver<Taken>) {
+        let (tx, rx) = oneshot::channel();
+        (Ack(Some(Settle::Answerable(tx))), rx)
     }
 
     /// An ack nobody waits for.
@@ -61,10 +87,27 @@ impl Ack {
         Ack(None)
     }
 
+    /// Whether a refusal reaches the sender ([`Ack::answerable`]).
+    pub fn answers_refusal(&self) -> bool {
+        matches!(self.0, Some(Settle::Answerable(_)))
+    }
+
     /// Marks the message as kept: stored, or deliberately ignored.
     pub fn settle(mut self) {
-        if let Some(tx) = self.0.take() {
-            let _ = tx.send(());
+        match self.0.take() {
+            Some(Settle::Kept(tx)) => drop(tx.send(())),
+            Some(Settle::Answerable(tx)) => drop(tx.send(Taken::Kept)),
+            None => {}
+        }
+    }
+
+    /// Refuses the message with `line` for its sender alone; to an ack that cannot carry it,
+    /// the same as [`Ack::settle`] (deliberately ignored).
+    pub fn refuse(mut self, line: String) {
+        match self.0.take() {
+            Some(Settle::Kept(tx)) => drop(tx.send(())),
+            Some(Settle::Answerable(tx)) => drop(tx.send(Taken::Refused(line))),
+            None => {}
         }
     }
 }

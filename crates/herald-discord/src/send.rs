@@ -10,15 +10,16 @@ use herald_core::{
     ChatRef, LengthUnit, Outbound, SendError, SentId, Tracking, backoff, chunk, first_piece,
 };
 use serenity::all::{
-    ChannelId, CreateAllowedMentions, CreateInteractionResponseFollowup, CreateMessage,
-    CreateThread, EditInteractionResponse, EditMessage, MessageId, MessageReference, Nonce,
+    ChannelId, CreateAllowedMentions, CreateInteractionResponse, CreateInteractionResponseFollowup,
+    CreateInteractionResponseMessage, CreateMessage, CreateThread, EditInteractionResponse,
+    EditMessage, MessageId, MessageReference, Nonce,
 };
 use tracing::{debug, warn};
 
 use crate::MAX_MESSAGE_LEN;
 use crate::error::{Failure, THREAD_ALREADY_CREATED, classify};
 use crate::intake::{Inner, Place};
-use crate::slash::PendingCommand;
+use crate::slash::{Answered, PendingCommand};
 
 /// Carries the gateway's requests to Discord.
 #[derive(Debug, Clone)]
@@ -125,17 +126,31 @@ impl Sender {
         Ok(sent)
     }
 
-    /// A slash command's answer: the deferred response edited, the rest as follow-ups.
-    async fn answer_command(
+    /// A slash command's answer: the response itself when it was not acknowledged yet, or the
+    /// deferred response edited; the rest as follow-ups.
+    pub(crate) async fn answer_command(
         &self,
         command: PendingCommand,
         parts: &[String],
     ) -> Result<Vec<SentId>, SendError> {
         let http = &self.inner.http;
         let interaction = &command.interaction;
+        let mut answered = command.answered.lock().await;
         let mut sent = Vec::with_capacity(parts.len());
         for (index, part) in parts.iter().enumerate() {
-            let posted = if index == 0 && command.deferred {
+            let posted = if index == 0 && *answered == Answered::Not {
+                let message = CreateInteractionResponseMessage::new()
+                    .content(part)
+                    .ephemeral(command.private)
+                    .allowed_mentions(no_pings());
+                let response = CreateInteractionResponse::Message(message);
+                self.retrying(|| interaction.create_response(http, response.clone())).await?;
+                *answered = Answered::Responded;
+                // Such a response has no message id without asking again; the interaction's
+                // stands for it.
+                sent.push(interaction.id.to_string());
+                continue;
+            } else if index == 0 && *answered == Answered::Deferred {
                 let edit =
                     EditInteractionResponse::new().content(part).allowed_mentions(no_pings());
                 self.retrying(|| interaction.edit_response(http, edit.clone())).await?

@@ -32,6 +32,18 @@ pub enum Verdict {
     Ignore(&'static str),
 }
 
+/// Why a stranger's message in a group is dropped.
+const UNKNOWN_IN_GROUP: &str = "unknown user in a group";
+/// Why a stranger's DM is dropped when only the allowlist counts.
+const UNKNOWN_ALLOWLIST: &str = "unknown user, dm_policy is allowlist";
+
+impl Verdict {
+    /// Whether the sender is why the message is not answered (not the chat it is in).
+    pub fn stranger(&self) -> bool {
+        matches!(self, Verdict::Pair | Verdict::Ignore(UNKNOWN_IN_GROUP | UNKNOWN_ALLOWLIST))
+    }
+}
+
 /// Decides whether a message reaches the agent. Group messages outside `allowed_channels` and
 /// unaddressed group chatter are dropped before anything is read from the store.
 pub async fn authorize(
@@ -55,10 +67,10 @@ pub async fn authorize(
         return Ok(Verdict::Allowed(Allowed::Paired));
     }
     Ok(match (group, access.dm_policy) {
-        (true, _) => Verdict::Ignore("unknown user in a group"),
+        (true, _) => Verdict::Ignore(UNKNOWN_IN_GROUP),
         (false, DmPolicy::Open) => Verdict::Allowed(Allowed::Open),
         (false, DmPolicy::Pair) => Verdict::Pair,
-        (false, DmPolicy::Allowlist) => Verdict::Ignore("unknown user, dm_policy is allowlist"),
+        (false, DmPolicy::Allowlist) => Verdict::Ignore(UNKNOWN_ALLOWLIST),
     })
 }
 
@@ -84,12 +96,15 @@ pub struct Pairing {
 }
 
 impl Pairing {
-    /// What to answer an unknown user who wrote in a DM, if anything.
+    /// What to answer an unknown user who wrote in a DM, if anything: nothing when they were
+    /// told of the same code a moment ago, unless they `asked` (a slash command, which wants
+    /// an answer).
     pub async fn reply(
         &mut self,
         store: &Store,
         inbound: &Inbound,
         ttl: Duration,
+        asked: bool,
     ) -> Result<Option<String>, StoreError> {
         let platform = inbound.chat.platform;
         let code = pairing_code();
@@ -104,7 +119,7 @@ impl Pairing {
         };
         let issue = store.request_pairing(&request).await?;
         let fresh = matches!(issue, PairingIssue::Issued(_));
-        if !self.may_tell(platform, &inbound.user.id, fresh) {
+        if !self.may_tell(platform, &inbound.user.id, fresh) && !asked {
             return Ok(None);
         }
         Ok(Some(match issue {

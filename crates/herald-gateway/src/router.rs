@@ -19,6 +19,7 @@ use crate::commands::Command;
 use crate::cursors::{CursorKey, Cursors};
 use crate::link::{PlatformState, PlatformStates};
 use crate::outbox::Parcel;
+use crate::settings::DmPolicy;
 use crate::shared::Shared;
 use crate::worker::{Idle, Input, start};
 
@@ -176,6 +177,10 @@ impl<P: Provider + 'static> Router<P> {
             }
         };
         match verdict {
+            _ if !matches!(verdict, Verdict::Allowed(_)) && inbound.ack.answers_refusal() => {
+                debug!(%platform, user = %inbound.user.id, chat = %inbound.chat.id, ?verdict, "command refused");
+                self.refuse(inbound, verdict).await;
+            }
             Verdict::Ignore(why) => {
                 debug!(%platform, user = %inbound.user.id, chat = %inbound.chat.id, why, "message ignored");
                 inbound.ack.settle();
@@ -211,7 +216,7 @@ impl<P: Provider + 'static> Router<P> {
             ))
         } else {
             let ttl = self.shared.settings.pairing_ttl;
-            match self.pairing.reply(&self.shared.store, &inbound, ttl).await {
+            match self.pairing.reply(&self.shared.store, &inbound, ttl, false).await {
                 Ok(reply) => reply,
                 Err(e) => {
                     warn!(%platform, error = %e, "could not issue a pairing code; the message will be delivered again");
@@ -223,6 +228,34 @@ impl<P: Provider + 'static> Router<P> {
             link.notify(&inbound.chat, reply).await;
         }
         inbound.ack.settle();
+    }
+
+    /// Someone not answered here who asked where only they see the answer (a slash command):
+    /// one line for them, and nothing else. A stranger hears how to get in.
+    async fn refuse(&mut self, inbound: Inbound, verdict: Verdict) {
+        let platform = inbound.chat.platform;
+        let user = &inbound.user.id;
+        let line = if !verdict.stranger() {
+            "I don't answer in this channel.".to_owned()
+        } else if Command::parse(&inbound.text) == Some(Command::Whoami) {
+            format!("Your {platform} user id is {user}. You may not talk to me yet.")
+        } else if self.shared.settings.access(platform).dm_policy == DmPolicy::Pair {
+            let ttl = self.shared.settings.pairing_ttl;
+            match self.pairing.reply(&self.shared.store, &inbound, ttl, true).await {
+                Ok(reply) => reply.unwrap_or_default(),
+                Err(e) => {
+                    // Unsettled: the adapter tells them to try again.
+                    warn!(%platform, error = %e, "could not issue a pairing code");
+                    return;
+                }
+            }
+        } else {
+            format!(
+                "You may not talk to me. Your {platform} user id is {user}; the operator of this \
+                 bot can allow it."
+            )
+        };
+        inbound.ack.refuse(line);
     }
 
     /// Hands an input to its key's task, started when there is none. The task asks for the

@@ -1,17 +1,79 @@
 //! Slash commands on Discord: as interactions (acknowledged at once, the answer edits the
 //! deferred response, private ones ephemeral), as typed text, and registered only when the
-//! set changed.
+//! set changed; a stranger's get one line only they see, and nothing else happens.
 
 use herald_fakes::discord::{FakeDiscord, SlashCommand};
 use serde_json::json;
 
-use super::{DiscordDaemon, Setup, USERS};
+use super::{DiscordDaemon, GUILD, Setup, USERS, settle};
 
 /// Logs the adapter's debug lines, to see a registration skipped.
 const DEBUG: &[(&str, &str)] = &[("RUST_LOG", "info,herald_discord=debug")];
 
 fn slash(user: u64, name: &str, options: Vec<serde_json::Value>) -> SlashCommand {
     SlashCommand { user_id: user, name: name.into(), options, channel_id: None, guild_id: None }
+}
+
+/// The one answer each of `commands` got, as (ephemeral, text), once every one has its answer;
+/// also checks that nothing else was answered, posted or stored.
+async fn only_answers(d: &mut DiscordDaemon, commands: &[u64]) -> Vec<(bool, String)> {
+    let n = commands.len();
+    d.until("a command was never answered", |d| d.discord.interaction_responses().len() >= n).await;
+    settle().await;
+    let responses = d.discord.interaction_responses();
+    assert_eq!(responses.len(), n, "one answer each: {responses:?}");
+    assert!(d.discord.followups().is_empty(), "nothing follows: {:?}", d.discord.followups());
+    assert!(d.discord.sent().is_empty(), "nothing posted: {:?}", d.discord.sent());
+    assert_eq!(d.model.request_count(), 0);
+    let sessions = d.store().await.list_sessions(&Default::default()).await.unwrap();
+    assert!(sessions.is_empty(), "no session touched: {sessions:?}");
+    let mut answers = Vec::new();
+    for id in commands {
+        let response = responses.iter().find(|r| r.interaction_id == *id);
+        let response = response.unwrap_or_else(|| panic!("{id} unanswered: {responses:?}"));
+        assert_eq!(response.kind, 4, "a message, never a deferral: {responses:?}");
+        let text = response.data["content"].as_str().unwrap_or_default().to_owned();
+        answers.push((response.data["flags"] == json!(64), text));
+    }
+    answers
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_strangers_commands_get_the_pairing_instructions_only_they_see() {
+    let mut d = DiscordDaemon::start("").await;
+    let stranger = 9_997;
+    let (retry, _) = d.discord.inject_command(slash(stranger, "retry", vec![]));
+    let in_server = SlashCommand {
+        channel_id: Some(46_001),
+        guild_id: Some(GUILD),
+        ..slash(stranger, "new", vec![])
+    };
+    let (new, _) = d.discord.inject_command(in_server);
+    let answers = only_answers(&mut d, &[retry, new]).await;
+    let listed = d.world.herald(&["pairing", "list"]).ok();
+    let pending = listed.lines().find(|l| l.contains("user 9997"));
+    let code = pending.and_then(|l| l.split_whitespace().nth(1));
+    let code = code.unwrap_or_else(|| panic!("a pending code: {listed}"));
+    for (ephemeral, text) in answers {
+        assert!(ephemeral, "{text}");
+        assert!(text.contains(&format!("Your pairing code is {code}.")), "{text}");
+        assert!(text.contains(&format!("herald pairing approve discord {code}")), "{text}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_pairing_a_strangers_commands_hear_they_may_not() {
+    let mut d = DiscordDaemon::start("dm_policy = \"allowlist\"\n").await;
+    let stranger = 9_996;
+    let (retry, _) = d.discord.inject_command(slash(stranger, "retry", vec![]));
+    let (new, _) = d.discord.inject_command(slash(stranger, "new", vec![]));
+    for (ephemeral, text) in only_answers(&mut d, &[retry, new]).await {
+        assert!(ephemeral, "{text}");
+        assert_eq!(
+            text,
+            "You may not talk to me. Your discord user id is 9996; the operator of this bot can allow it."
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]
