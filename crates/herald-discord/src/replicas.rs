@@ -263,6 +263,38 @@ async fn each_shard_is_connected_by_one_replica_and_moves_with_its_claim() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_shard_taken_over_fetches_its_gap_whatever_is_heard_live_first() {
+    let fake = FakeDiscord::start().await;
+    let guild1 = FakeDiscord::guild_on_shard(1, 2, 0);
+    // Five channels read up to here: four fetched at once after the takeover, held by the fake,
+    // while the fifth, whose cursor is read later, hears a newer message live.
+    let mut cursors = BTreeMap::new();
+    for channel in 20..25 {
+        let (read, _) = fake.inject_message(InboundMessage::channel(guild1, channel, 7, "read"));
+        cursors.insert(channel.to_string(), read.to_string());
+    }
+    let claims = TestClaims::new();
+    let mut b = Replica::start(&fake, claims.replica(1), cursors);
+    b.connected().await;
+    fake.inject_message(InboundMessage::channel(guild1, 24, 7, "while nobody listened 1"));
+    fake.inject_message(InboundMessage::channel(guild1, 24, 7, "while nobody listened 2"));
+    fake.hold_history(true);
+    claims.give("discord:shard:1", Some(1));
+    connections(&fake, &[[1, 2]]).await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while fake.history_requests() < 4 {
+        assert!(tokio::time::Instant::now() < deadline, "the fetches never came");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    fake.inject_message(InboundMessage::channel(guild1, 24, 7, "live"));
+    assert_eq!(b.text().await, "live");
+    fake.hold_history(false);
+    assert_eq!(b.text().await, "while nobody listened 1");
+    assert_eq!(b.text().await, "while nobody listened 2");
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn a_replica_holding_no_shard_is_connected_and_sends() {
     let fake = FakeDiscord::start().await;
     let claims = TestClaims::new();
