@@ -108,6 +108,9 @@ pub(crate) async fn connect(
     let _stopping = stop.clone().drop_guard();
     let mut attempt = 0;
     while !inner.shutdown.is_cancelled() && !claim.is_lost() {
+        // Before the connection can hear anything: a message heard live ahead of READY (or of
+        // the channel's fetch) must not move a cursor past what was sent while nobody heard.
+        inner.gap_opened(shard);
         let handler = Handler { inner: Arc::downgrade(&inner), shard, stop: stop.clone() };
         let built =
             ClientBuilder::new_with_http(http(&settings), intents()).event_handler(handler).await;
@@ -144,6 +147,7 @@ pub(crate) async fn connect(
                         // hear every message twice.
                         stop.cancel();
                         manager.shutdown_all().await;
+                        inner.gap_abandoned(shard);
                         return Ok(());
                     }
                 }
@@ -160,6 +164,9 @@ pub(crate) async fn connect(
             () = inner.shutdown.cancelled() => {}
             () = claim.lost() => {}
         }
+    }
+    if claim.is_lost() {
+        inner.gap_abandoned(shard);
     }
     Ok(())
 }

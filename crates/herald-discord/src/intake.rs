@@ -18,6 +18,7 @@ use tracing::warn;
 
 use crate::DiscordSettings;
 use crate::error::classify;
+use crate::shards::shard_of;
 use crate::slash::PendingCommand;
 
 /// How many recent ids are remembered to drop a second copy of an event.
@@ -161,6 +162,9 @@ pub(crate) struct Inner {
     funnel: mpsc::UnboundedSender<Incoming>,
     seen: Mutex<Seen>,
     progress: Mutex<HashMap<u64, Progress>>,
+    /// Messages heard live in a channel whose gap is still being fetched, in the order heard:
+    /// offered once the fetch was, so that a chat's messages are answered in the order written.
+    held: Mutex<HashMap<u64, Vec<Message>>>,
     /// The newest settled message of every channel known, where a fetch after a gap starts.
     pub(crate) cursors: Mutex<BTreeMap<u64, u64>>,
     pub(crate) shutdown: CancellationToken,
@@ -197,6 +201,7 @@ impl Inner {
             funnel,
             seen: Mutex::default(),
             progress: Mutex::default(),
+            held: Mutex::default(),
             cursors: Mutex::new(cursors),
             shutdown,
         };
@@ -232,10 +237,33 @@ impl Inner {
     /// gap is fetched from there (see [`Progress::gaps`]). Called before the session's first
     /// message is read.
     pub(crate) fn gap_opened(&self, shard: u32) {
+        let total = self.settings.shards.max(1);
         let channels: Vec<u64> = lock(&self.cursors).keys().copied().collect();
+        let guilds = lock(&self.guilds);
         let mut progress = lock(&self.progress);
         for channel in channels {
+            // A channel known to be another shard's is not held by this one's gap; one whose
+            // server is not known yet is, until the fetch finds out.
+            if guilds.get(&channel).is_some_and(|guild| shard_of(*guild, total) != shard) {
+                continue;
+            }
             progress.entry(channel).or_default().gaps.insert(shard);
+        }
+    }
+
+    /// `shard` went to another replica before its gap was fetched here: that replica fetches
+    /// it from the saved positions. What this one heard live meanwhile was neither offered nor
+    /// settled; it is forgotten, so the cursors stay before the gap for the next holder.
+    pub(crate) fn gap_abandoned(&self, shard: u32) {
+        let mut progress = lock(&self.progress);
+        let mut held = lock(&self.held);
+        let mut seen = lock(&self.seen);
+        for (channel, progress) in progress.iter_mut() {
+            if progress.gaps.remove(&shard) && progress.gaps.is_empty() {
+                for message in held.remove(channel).unwrap_or_default() {
+                    seen.forget(message.id.get());
+                }
+            }
         }
     }
 
@@ -252,10 +280,28 @@ impl Inner {
                 continue;
             }
             match incoming {
-                Incoming::Message(message) => self.message(*message).await,
+                Incoming::Message(message) => {
+                    let channel = message.channel_id.get();
+                    let gap =
+                        lock(&self.progress).get(&channel).is_some_and(|p| !p.gaps.is_empty());
+                    match gap {
+                        true => lock(&self.held).entry(channel).or_default().push(*message),
+                        false => self.message(*message).await,
+                    }
+                }
                 Incoming::Interaction(interaction) => self.slash_command(interaction).await,
                 Incoming::GapFilled { channel, shard } => {
-                    let cursor = lock(&self.progress).entry(channel).or_default().gap_filled(shard);
+                    let (cursor, filled) = {
+                        let mut progress = lock(&self.progress);
+                        let progress = progress.entry(channel).or_default();
+                        (progress.gap_filled(shard), progress.gaps.is_empty())
+                    };
+                    if filled {
+                        let held = lock(&self.held).remove(&channel).unwrap_or_default();
+                        for message in held {
+                            self.message(message).await;
+                        }
+                    }
                     if let Some(cursor) = cursor {
                         self.moved(channel, cursor).await;
                     }
