@@ -170,24 +170,28 @@ pub struct Tracking {
     /// answer (a restart, a timeout, a 5xx): look before sending it again where the platform
     /// cannot deduplicate.
     pub again: bool,
+    /// When the reply was stored, in milliseconds since the epoch (0 when unknown): no earlier
+    /// try can have reached the platform before then, which bounds a look for one.
+    pub stored_at: i64,
     progress: Option<mpsc::UnboundedSender<usize>>,
 }
 
 impl Tracking {
-    /// A reply named `key`, `from` pieces of which the platform took already; the receiver
-    /// hears the count of pieces taken after each one.
+    /// A reply named `key`, stored at `stored_at`, `from` pieces of which the platform took
+    /// already; the receiver hears the count of pieces taken after each one.
     pub fn new(
         key: String,
         from: usize,
         again: bool,
+        stored_at: i64,
     ) -> (Tracking, mpsc::UnboundedReceiver<usize>) {
         let (tx, rx) = mpsc::unbounded_channel();
-        (Tracking { key, from, again, progress: Some(tx) }, rx)
+        (Tracking { key, from, again, stored_at, progress: Some(tx) }, rx)
     }
 
-    /// Tracking nobody listens to (tests, smoke checks).
+    /// Tracking nobody listens to (tests, smoke checks), stored at an unknown time.
     pub fn detached(key: String) -> Tracking {
-        Tracking { key, from: 0, again: false, progress: None }
+        Tracking { key, from: 0, again: false, stored_at: 0, progress: None }
     }
 
     /// The platform took every piece up to and including `piece` (0-based, of `pieces` in

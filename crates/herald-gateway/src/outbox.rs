@@ -315,7 +315,8 @@ impl Outbox {
         // The outbox entry names the reply across restarts, so every try has the same key.
         let (track, mut progress) = match parcel.outbox {
             Some(id) => {
-                let (track, progress) = Tracking::new(id.to_string(), parcel.pieces, parcel.again);
+                let (track, progress) =
+                    Tracking::new(id.to_string(), parcel.pieces, parcel.again, parcel.stored_at);
                 (Some(track), Some(progress))
             }
             None => (None, None),
