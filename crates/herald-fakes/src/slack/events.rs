@@ -35,6 +35,9 @@ pub struct Post {
     /// A bot's id (`B…`): the message is a `bot_message` from that bot, not from `user`.
     #[serde(default)]
     pub bot_id: Option<String>,
+    /// Message metadata (`event_type`, `event_payload`), as an app posts it with a message.
+    #[serde(default)]
+    pub metadata: Option<Value>,
 }
 
 impl Post {
@@ -48,6 +51,7 @@ impl Post {
             mention: false,
             mention_first: false,
             bot_id: None,
+            metadata: None,
         }
     }
 
@@ -74,6 +78,11 @@ impl Post {
     /// The same message, posted by bot `bot_id` (`subtype: bot_message`).
     pub fn from_bot(self, bot_id: &str) -> Post {
         Post { bot_id: Some(bot_id.to_owned()), ..self }
+    }
+
+    /// The same message, carrying message metadata `{event_type, event_payload}`.
+    pub fn with_metadata(self, metadata: Value) -> Post {
+        Post { metadata: Some(metadata), ..self }
     }
 }
 
@@ -132,7 +141,7 @@ impl Shared {
             text: text.clone(),
             deleted: false,
             reactions: Vec::new(),
-            metadata: None,
+            metadata: post.metadata.clone(),
         });
         let mut events = vec![message];
         // Slack sends `app_mention` for mentions in conversations the app is in, not in DMs.

@@ -17,7 +17,10 @@
 //!   `message` + `app_mention` pair for a mention in either order, thread replies, bots'
 //!   messages), edits and deletions; the bot's own posts come back as events, as on Slack.
 //! - Faults: [`FakeSlack::push_fault`] (429 with `Retry-After`, 5xx, a 5xx after the call was
-//!   carried out, any `error`),
+//!   carried out, no answer ever (before or after the call was carried out), any `error`),
+//!   Slack's Tier 3 limit on `conversations.history` and `conversations.replies`
+//!   ([`FakeSlack::limit_reads`], off by default), `refresh_requested` before `hello`
+//!   ([`FakeSlack::refresh_before_hello`]),
 //!   [`FakeSlack::disconnect`], [`FakeSlack::drop_connections`] (no close frame),
 //!   [`FakeSlack::silence`] (nothing sent, pongs included, while the client's close is still
 //!   seen), [`FakeSlack::down_for`], [`FakeSlack::set_invalid_auth`].
@@ -60,7 +63,8 @@ use server::Ctx;
 pub use socket::MAX_CONNECTIONS;
 use state::Shared;
 pub use state::{
-    ACK_TIMEOUT, ApiCall, BOT_SCOPES, Delivery, Posted, Reaction, SlackFault, SocketEvent, Updated,
+    ACK_TIMEOUT, ApiCall, BOT_SCOPES, Delivery, Posted, Reaction, ReadLimit, SlackFault,
+    SocketEvent, Updated,
 };
 
 /// Why Slack asks a Socket Mode client to go, in its `disconnect` message.
@@ -341,6 +345,21 @@ impl FakeSlack {
         let mut state = self.inner.shared.lock();
         let queue = state.faults.entry(method.to_owned()).or_default();
         queue.extend(std::iter::repeat_n(fault, times));
+    }
+
+    /// Rate-limits `conversations.history` and `conversations.replies` each to `limit` (Slack's
+    /// is [`ReadLimit::TIER_3`]), answering past it with 429 and `Retry-After`; `None` (the
+    /// default) answers every call.
+    pub fn limit_reads(&self, limit: Option<ReadLimit>) {
+        let mut state = self.inner.shared.lock();
+        state.read_limit = limit;
+        state.reads.clear();
+    }
+
+    /// The next `count` Socket Mode connections get a `refresh_requested` disconnect in place
+    /// of `hello`, and are closed.
+    pub fn refresh_before_hello(&self, count: usize) {
+        self.inner.shared.lock().refresh_before_hello = count;
     }
 
     /// Sends `disconnect` with `reason` on every open connection, which then gets no envelope

@@ -57,6 +57,13 @@ pub(crate) async fn upgrade(
         return (StatusCode::UNAUTHORIZED, "invalid or used ticket").into_response();
     }
     ws.on_upgrade(move |mut socket| async move {
+        if take_refresh(&ctx) {
+            let message = json!({"type": "disconnect", "reason": "refresh_requested", "debug_info": debug_info(id)});
+            if send(&mut socket, &message).await {
+                let _ = socket.send(Message::Close(None)).await;
+            }
+            return;
+        }
         let Some(open) = admit(&ctx, id) else {
             refuse(&mut socket, id).await;
             return;
@@ -67,6 +74,14 @@ pub(crate) async fn upgrade(
         ctx.shared.tell_postman(Command::Closed(id));
         ctx.shared.bump();
     })
+}
+
+/// Whether this connection is one of those [`super::FakeSlack::refresh_before_hello`] asked for.
+fn take_refresh(ctx: &Ctx) -> bool {
+    let mut state = ctx.shared.lock();
+    let take = state.refresh_before_hello > 0;
+    state.refresh_before_hello = state.refresh_before_hello.saturating_sub(1);
+    take
 }
 
 /// Counts connection `id` as open and returns how many are, or `None` past the app's limit;

@@ -6,7 +6,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -143,6 +143,11 @@ pub enum SlackFault {
         /// The status code.
         status: u16,
     },
+    /// No answer: the request is read and the connection held open until the fake stops, as
+    /// behind a half-open connection.
+    Stall,
+    /// The call is carried out (a post stored), then never answered.
+    StallAfter,
     /// HTTP 200 with `{"ok":false,"error":error}` (`fatal_error`, `not_in_channel`, ...).
     Error {
         /// The error code.
@@ -221,6 +226,28 @@ pub(crate) struct State {
     pub echo_own_posts: bool,
     /// The bot token's scopes.
     pub scopes: Vec<String>,
+    /// Slack's per-method rate limit on reading messages, when on: at most `calls` of
+    /// `conversations.history` (and as many of `conversations.replies`) per `window`.
+    pub read_limit: Option<ReadLimit>,
+    /// When each limited method was last answered, within the window.
+    pub reads: HashMap<String, VecDeque<Instant>>,
+    /// How many new Socket Mode connections get a `refresh_requested` disconnect in place of
+    /// `hello`.
+    pub refresh_before_hello: usize,
+}
+
+/// Slack's rate limit tier for a method: `calls` per `window` (Tier 3: about 50 a minute).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadLimit {
+    /// Calls answered per window.
+    pub calls: usize,
+    /// The window.
+    pub window: Duration,
+}
+
+impl ReadLimit {
+    /// Slack's Tier 3, which `conversations.history` and `conversations.replies` are in.
+    pub const TIER_3: ReadLimit = ReadLimit { calls: 50, window: Duration::from_secs(60) };
 }
 
 /// The bot scopes herald's app manifest asks for, which the bot token has by default.
@@ -260,6 +287,9 @@ impl Default for State {
             sockets: Vec::new(),
             echo_own_posts: true,
             scopes: BOT_SCOPES.iter().map(|s| (*s).to_owned()).collect(),
+            read_limit: None,
+            reads: HashMap::new(),
+            refresh_before_hello: 0,
         }
     }
 }
@@ -299,6 +329,26 @@ impl State {
             id: id.to_owned(),
             user: user.filter(|_| Channel::kind(id) == "im").map(str::to_owned),
         });
+    }
+
+    /// `None` when `method` may be answered now (counted), or how long until it may, past
+    /// [`State::read_limit`].
+    pub fn rate_limited(&mut self, method: &str) -> Option<Duration> {
+        let limit = self.read_limit?;
+        if !matches!(method, "conversations.history" | "conversations.replies") {
+            return None;
+        }
+        let now = Instant::now();
+        let calls = self.reads.entry(method.to_owned()).or_default();
+        while calls.front().is_some_and(|at| now.duration_since(*at) >= limit.window) {
+            calls.pop_front();
+        }
+        if calls.len() < limit.calls {
+            calls.push_back(now);
+            return None;
+        }
+        let oldest = calls.front().copied().unwrap_or(now);
+        Some(limit.window.saturating_sub(now.duration_since(oldest)))
     }
 
     /// The message `ts` of `channel`, deleted ones left out.

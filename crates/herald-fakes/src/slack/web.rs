@@ -123,6 +123,9 @@ async fn call(
         Err(error) => failure(error),
     };
     record(&ctx, method, args, &response);
+    if response.extensions().get::<Stalled>().is_some() {
+        ctx.shutdown.cancelled().await;
+    }
     response
 }
 
@@ -172,10 +175,16 @@ fn answer(
     };
     let fault = ctx.shared.lock().faults.get_mut(method).and_then(|queue| queue.pop_front());
     if let Some(fault) = fault {
-        if matches!(fault, SlackFault::StatusAfter { .. }) {
+        if matches!(fault, SlackFault::StatusAfter { .. } | SlackFault::StallAfter) {
             drop(methods::answer(ctx, method, caller, args));
         }
         return fault_response(&fault);
+    }
+    let limited = ctx.shared.lock().rate_limited(method);
+    if let Some(wait) = limited {
+        // Slack's Retry-After is in whole seconds.
+        let retry_after = wait.as_millis().div_ceil(1000).max(1) as u64;
+        return fault_response(&SlackFault::RateLimited { retry_after });
     }
     methods::answer(ctx, method, caller, args)
 }
@@ -227,8 +236,17 @@ fn fault_response(fault: &SlackFault) -> Response {
             failure_with(status, json!({"ok": false, "error": error}))
         }
         SlackFault::Error { error } => failure(error),
+        SlackFault::Stall | SlackFault::StallAfter => {
+            let mut response = StatusCode::OK.into_response();
+            response.extensions_mut().insert(Stalled);
+            response
+        }
     }
 }
+
+/// Marks an answer that is never sent.
+#[derive(Clone, Copy, Debug)]
+struct Stalled;
 
 /// Records the call; the answer's `error` is read back from what `answer` built, so the record
 /// and the wire never differ. The token is dropped from the arguments.
