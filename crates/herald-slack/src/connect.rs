@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use crate::SlackSettings;
-use crate::error::{Failure, Secrets, classify};
+use crate::error::{Failure, Secrets, timed};
 use crate::intake::{Bot, Intake};
 use crate::send::Sender;
 use crate::socket::Sockets;
@@ -132,7 +132,8 @@ impl Checks<'_> {
         self.until_answered("auth.test", env, shutdown, || async {
             let found = self.client.open_session(token).auth_test().await?;
             let name = found.user.clone().unwrap_or_else(|| found.user_id.value().clone());
-            Ok(Bot { user: found.user_id.value().clone(), name })
+            let id = found.bot_id.as_ref().map(|id| id.value().clone());
+            Ok(Bot { user: found.user_id.value().clone(), name, id })
         })
         .await
     }
@@ -166,9 +167,10 @@ impl Checks<'_> {
     {
         let mut attempt = 0;
         loop {
-            let failure = match call().await {
+            let within = self.settings.api_timeout;
+            let failure = match timed(within, method, self.secrets, call()).await {
                 Ok(value) => return Ok(Some(value)),
-                Err(e) => classify(&e, method, self.secrets),
+                Err(failed) => failed.failure,
             };
             let (error, after) = match failure {
                 Failure::Refused { code, .. } if REFUSED_TOKEN.contains(&code.as_str()) => {

@@ -100,6 +100,37 @@ pub(crate) fn ambiguous(err: &SlackClientError) -> bool {
     }
 }
 
+/// A Web API call that failed: how it ends, and whether Slack may have carried it out.
+#[derive(Debug)]
+pub(crate) struct Failed {
+    pub(crate) failure: Failure,
+    pub(crate) ambiguous: bool,
+}
+
+/// Runs one Web API call of `method`, given up after `within`. slack-morphism's client has no
+/// timeout of its own, and a half-open connection would hold the call, and the chat's replies
+/// behind it, for good; a call cut short may have been carried out, like a lost answer.
+pub(crate) async fn timed<T>(
+    within: Duration,
+    method: &str,
+    secrets: &Secrets,
+    call: impl Future<Output = Result<T, SlackClientError>>,
+) -> Result<T, Failed> {
+    match tokio::time::timeout(within, call).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => {
+            Err(Failed { failure: classify(&e, method, secrets), ambiguous: ambiguous(&e) })
+        }
+        Err(_) => Err(Failed {
+            failure: Failure::Retry {
+                error: format!("{method}: no answer within {} s", within.as_secs_f32()),
+                after: None,
+            },
+            ambiguous: true,
+        }),
+    }
+}
+
 /// The first line of an error text: slack-morphism appends response bodies on the next ones.
 fn first_line(text: &str) -> &str {
     text.lines().next().unwrap_or_default()

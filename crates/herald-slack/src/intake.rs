@@ -32,6 +32,8 @@ pub(crate) struct Bot {
     pub(crate) user: String,
     /// Its name, for the gateway's status.
     pub(crate) name: String,
+    /// Its bot id (`B…`, `bot_id` on its messages), when `auth.test` gave one.
+    pub(crate) id: Option<String>,
 }
 
 /// Why an envelope is left unacknowledged (Slack delivers it again).

@@ -34,7 +34,7 @@ fn intake() -> (Arc<Intake>, mpsc::Receiver<AdapterEvent>) {
     let (events, offered) = mpsc::channel(16);
     let mut settings = SlackSettings::new("xoxb-t", "xapp-t");
     settings.ack_wait = Duration::from_secs(5);
-    let bot = Bot { user: BOT.into(), name: "herald".into() };
+    let bot = Bot { user: BOT.into(), name: "herald".into(), id: None };
     (Arc::new(Intake::new(&settings, bot, events, CancellationToken::new())), offered)
 }
 

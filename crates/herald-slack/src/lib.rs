@@ -55,6 +55,12 @@ pub const MAX_SOCKET_CONNECTIONS: u32 = 10;
 /// refreshes it, and room for several replicas within [`MAX_SOCKET_CONNECTIONS`].
 pub const DEFAULT_SOCKET_CONNECTIONS: u32 = 2;
 
+/// How long one Web API call may take by default. slack-morphism sets no timeout, so without
+/// one a half-open connection stalls a post, and the chat's replies behind it, for good; Slack
+/// answers within seconds, and a call cut short is treated as one that may have been carried
+/// out (the piece is looked for before it goes again).
+pub const DEFAULT_API_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// How the adapter reaches Slack and how it behaves.
 #[derive(Clone)]
 pub struct SlackSettings {
@@ -84,12 +90,14 @@ pub struct SlackSettings {
     pub send_attempts: u32,
     /// The longest wait between two retries, and between two connection attempts.
     pub max_backoff: Duration,
+    /// How long one Web API call may take before it is given up ([`DEFAULT_API_TIMEOUT`]).
+    pub api_timeout: Duration,
 }
 
 impl SlackSettings {
     /// Settings with the defaults: Slack itself, answers in threads that mentions continue
     /// without a new mention, 2.5 s acknowledgement wait, two Socket Mode connections, 5 send
-    /// attempts, 30 s backoff cap.
+    /// attempts, 30 s backoff cap, 30 s per Web API call.
     pub fn new(bot_token: impl Into<String>, app_token: impl Into<String>) -> Self {
         SlackSettings {
             bot_token: bot_token.into(),
@@ -103,6 +111,7 @@ impl SlackSettings {
             socket_connections: DEFAULT_SOCKET_CONNECTIONS,
             send_attempts: 5,
             max_backoff: Duration::from_secs(30),
+            api_timeout: DEFAULT_API_TIMEOUT,
         }
     }
 }
@@ -122,6 +131,7 @@ impl std::fmt::Debug for SlackSettings {
             .field("socket_connections", &self.socket_connections)
             .field("send_attempts", &self.send_attempts)
             .field("max_backoff", &self.max_backoff)
+            .field("api_timeout", &self.api_timeout)
             .finish()
     }
 }

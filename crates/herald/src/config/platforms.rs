@@ -248,6 +248,9 @@ pub struct SlackConfig {
     /// Socket Mode connections this process keeps open, 1 to 10; replicas × this must stay
     /// within Slack's 10 per app.
     pub socket_connections: u32,
+    /// Seconds one Web API call may take before it is given up (and, for a post, looked for
+    /// before it goes again).
+    pub api_timeout_s: u64,
 }
 
 impl Default for SlackConfig {
@@ -263,6 +266,7 @@ impl Default for SlackConfig {
             reply_in_thread: true,
             thread_follow_ups: true,
             socket_connections: herald_slack::DEFAULT_SOCKET_CONNECTIONS,
+            api_timeout_s: herald_slack::DEFAULT_API_TIMEOUT.as_secs(),
         }
     }
 }
@@ -295,6 +299,7 @@ impl SlackConfig {
             reply_in_thread: self.reply_in_thread,
             thread_follow_ups: self.thread_follow_ups,
             socket_connections: self.socket_connections,
+            api_timeout: Duration::from_secs(self.api_timeout_s),
             ..SlackSettings::new(bot_token.expose(), app_token.expose())
         }
     }

@@ -175,6 +175,7 @@ fn the_slack_section_maps_to_the_adapter_settings() {
         reply_in_thread = false
         thread_follow_ups = false
         socket_connections = 3
+        api_timeout_s = 7
         "#,
     )
     .unwrap();
@@ -186,6 +187,7 @@ fn the_slack_section_maps_to_the_adapter_settings() {
     assert_eq!(settings.api_url.as_deref(), Some("http://127.0.0.1:8083/api"));
     assert!(!settings.reply_in_thread && !settings.thread_follow_ups);
     assert_eq!(settings.socket_connections, 3);
+    assert_eq!(settings.api_timeout, std::time::Duration::from_secs(7));
     let access = &config.access()[&Platform::Slack];
     assert!(access.lists("U0123") && !access.require_mention);
     let secrets = slack.secrets();
@@ -281,6 +283,7 @@ fn value_problems_name_key_and_line() {
     );
     check_error("[slack]\napi_url = \"slack.com/api\"\n", "slack.api_url", 2, "http://");
     check_error("[slack]\nreply_in_thread = 1\n", "slack.reply_in_thread", 2, "a boolean");
+    check_error("[slack]\napi_timeout_s = 0\n", "slack.api_timeout_s", 2, "30");
     for count in [0, 11] {
         let source = format!("[slack]\nsocket_connections = {count}\n");
         check_error(&source, "slack.socket_connections", 2, "must stay within 10");

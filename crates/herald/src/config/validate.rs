@@ -228,6 +228,7 @@ pub(crate) fn check(config: &Config, file: &Path, source: &str) -> Result<(), Co
                 ),
             ));
         }
+        positive("slack.api_timeout_s", s.api_timeout_s, "30")?;
     }
     Ok(())
 }
