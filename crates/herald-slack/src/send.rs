@@ -21,7 +21,7 @@ use slack_morphism::prelude::ValueStruct;
 use slack_morphism::{SlackApiToken, SlackMessageContent};
 use tracing::{debug, warn};
 
-use crate::error::{Failure, Secrets, ambiguous, classify};
+use crate::error::{Failed, Failure, Secrets, timed};
 use crate::intake::Intake;
 use crate::look;
 use crate::markup::to_mrkdwn;
@@ -40,11 +40,11 @@ pub(crate) struct Sender {
     pub(crate) secrets: Secrets,
 }
 
-/// A tracked reply's piece: its reply's key, its index, and whether an earlier try of it may
-/// have been taken unseen.
+/// A tracked reply's piece: its reply, its index, and whether an earlier try of it may have
+/// been taken unseen.
 #[derive(Debug, Clone, Copy)]
 struct Piece<'a> {
-    key: &'a str,
+    track: &'a Tracking,
     index: usize,
     unsure: bool,
 }
@@ -111,6 +111,12 @@ impl Sender {
         let total = parts.len();
         let from = first_piece(track, total);
         let mut sent = Vec::with_capacity(total - from);
+        // What the last look found of this reply: one read serves every piece after it.
+        let mut found: Option<look::Found> = None;
+        // An earlier try may have sent piece `from` unseen, and the pieces after it too (taken
+        // by Slack before a crash let their progress reach the store): each is looked for as
+        // long as the one before it was found.
+        let mut unsure = track.is_some_and(|t| t.again);
         for (index, part) in parts.into_iter().enumerate().skip(from) {
             let mut content = SlackMessageContent::new().with_text(part);
             if let Some(track) = track {
@@ -121,9 +127,9 @@ impl Sender {
                 // Text only: no `@name` linked, no broadcast parsed from it.
                 .with_link_names(false)
                 .with_parse("none".into());
-            let piece =
-                track.map(|t| Piece { key: &t.key, index, unsure: t.again && index == from });
-            let ts = self.post(&chat.id, thread, &request, piece).await?;
+            let piece = track.map(|t| Piece { track: t, index, unsure });
+            let (ts, seen) = self.post(&chat.id, thread, &request, piece, &mut found).await?;
+            unsure = seen;
             sent.push(ts);
             if let Some(track) = track {
                 track.taken(index, total);
@@ -134,51 +140,92 @@ impl Sender {
 
     /// Posts one piece, retried as [`Sender::attempts`] retries; a tracked piece is looked for
     /// first whenever an earlier try may have been taken unseen, and one found counts as
-    /// posted.
+    /// posted. The piece's `ts`, and whether it was found rather than posted. `found` keeps
+    /// the last look's findings while nothing was posted since.
     async fn post(
         &self,
         channel: &str,
         thread: Option<&str>,
         request: &SlackApiChatPostMessageRequest,
         piece: Option<Piece<'_>>,
-    ) -> Result<String, SendError> {
+        found: &mut Option<look::Found>,
+    ) -> Result<(String, bool), SendError> {
+        let settings = &self.settings;
         let mut unsure = piece.as_ref().is_some_and(|p| p.unsure);
         let mut attempt = 0;
         loop {
-            if unsure && let Some(Piece { key, index, .. }) = piece {
-                let found = look::find(
-                    &self.client,
-                    &self.token,
-                    &self.secrets,
-                    channel,
-                    thread,
-                    key,
-                    index,
-                );
-                if let Some(ts) = found.await {
-                    debug!(chat = %channel, piece = index, "a piece Slack took unseen was found");
-                    return Ok(ts);
+            if unsure && let Some(Piece { track, index, .. }) = piece {
+                let looked = match found.take() {
+                    Some(known) => Ok(known),
+                    None => self.look().find(channel, thread, &track.key, track.stored_at).await,
+                };
+                match looked {
+                    Ok(known) => {
+                        let ts = known.get(&index).cloned();
+                        *found = Some(known);
+                        if let Some(ts) = ts {
+                            debug!(chat = %channel, piece = index, "a piece Slack took unseen was found");
+                            return Ok((ts, true));
+                        }
+                        unsure = false;
+                    }
+                    Err(Failed { failure: Failure::Refused { error, .. }, .. }) => {
+                        // No retry mends a missing scope: sent again, at least once rather
+                        // than never.
+                        warn!(%error, "could not look for a piece posted already; sending it again");
+                        unsure = false;
+                    }
+                    Err(Failed { failure: Failure::Retry { error, after }, .. }) => {
+                        // Posting now could double the piece: the look is tried again.
+                        attempt += 1;
+                        if attempt >= settings.send_attempts.max(1) {
+                            return Err(SendError::Unreachable(error));
+                        }
+                        let wait = backoff(attempt - 1, None, settings.max_backoff)
+                            .max(after.unwrap_or_default());
+                        debug!(%error, attempt, wait_ms = wait.as_millis() as u64, "looking again");
+                        tokio::time::sleep(wait).await;
+                        continue;
+                    }
                 }
             }
-            let error = match self.client.open_session(&self.token).chat_post_message(request).await
-            {
-                Ok(posted) => return Ok(posted.ts.value().clone()),
-                Err(error) => error,
-            };
+            let session = self.client.open_session(&self.token);
+            let call = session.chat_post_message(request);
+            let Failed { failure, ambiguous } =
+                match timed(settings.api_timeout, "chat.postMessage", &self.secrets, call).await {
+                    Ok(posted) => {
+                        *found = None;
+                        return Ok((posted.ts.value().clone(), false));
+                    }
+                    Err(failed) => failed,
+                };
             attempt += 1;
-            let failure = classify(&error, "chat.postMessage", &self.secrets);
             let Failure::Retry { error: text, after } = &failure else {
                 return Err(give_up(failure));
             };
-            if attempt >= self.settings.send_attempts.max(1) {
+            if attempt >= settings.send_attempts.max(1) {
                 return Err(give_up(failure));
             }
-            // A 429 comes before Slack acts; a timeout, a 5xx or a reset may come after.
-            unsure = ambiguous(&error);
-            let wait = backoff(attempt - 1, None, self.settings.max_backoff)
-                .max(after.unwrap_or_default());
+            // A 429 comes before Slack acts; a timeout, a 5xx or a reset may come after. Once
+            // unsure, only a look that succeeds makes sure again.
+            if ambiguous {
+                unsure = true;
+                *found = None;
+            }
+            let wait =
+                backoff(attempt - 1, None, settings.max_backoff).max(after.unwrap_or_default());
             debug!(error = %text, attempt, unsure, wait_ms = wait.as_millis() as u64, "retrying a post");
             tokio::time::sleep(wait).await;
+        }
+    }
+
+    fn look(&self) -> look::Look<'_> {
+        look::Look {
+            client: &self.client,
+            token: &self.token,
+            secrets: &self.secrets,
+            bot: &self.intake.bot,
+            within: self.settings.api_timeout,
         }
     }
 
@@ -264,9 +311,9 @@ impl Sender {
         let settings = &self.settings;
         let mut attempt = 0;
         loop {
-            let failure = match call().await {
+            let failure = match timed(settings.api_timeout, method, &self.secrets, call()).await {
                 Ok(value) => return Ok(value),
-                Err(e) => classify(&e, method, &self.secrets),
+                Err(failed) => failed.failure,
             };
             attempt += 1;
             let Failure::Retry { error, after } = &failure else { return Err(failure) };
