@@ -33,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
-use crate::error::{Secrets, classify};
+use crate::error::{Failure, Secrets, classify};
 use crate::intake::Intake;
 use crate::{MAX_SOCKET_CONNECTIONS, SlackSettings};
 
@@ -54,6 +54,9 @@ const CLOSE_WITHIN: Duration = Duration::from_secs(1);
 const STAGGER: Duration = Duration::from_secs(1);
 /// A connection that lasted this long starts the backoff afresh when it ends.
 const STEADY: Duration = Duration::from_secs(30);
+/// The least time between two opens of one slot when Slack asks for a new connection: a
+/// refresh at once after `hello`, again and again, must not spin.
+const REFRESH_GAP: Duration = Duration::from_secs(1);
 /// Slack's reason for refusing a connection past the app's limit.
 const TOO_MANY: &str = "too_many_websockets";
 
@@ -72,12 +75,14 @@ struct Frame {
 /// How a connection ended, or why it never opened.
 #[derive(Debug)]
 enum Ended {
-    /// Slack asked for a new connection (`refresh_requested`, `warning`): opened again at once.
+    /// Slack asked for a new connection (`refresh_requested`, `warning`) after `hello`: opened
+    /// again at once, at most once per [`REFRESH_GAP`]; before `hello` it counts as lost.
     Refreshed,
     /// Slack refused it: the app holds every connection it may.
     Refused(String),
-    /// Closed, failed, silent, or not opened: tried again after a backoff.
-    Lost(String),
+    /// Closed, failed, silent, or not opened: tried again after a backoff, and no sooner than
+    /// Slack's `Retry-After` when it sent one.
+    Lost(String, Option<Duration>),
     /// The adapter is stopping.
     Stopped,
 }
@@ -145,15 +150,22 @@ impl Sockets {
                     self.open.fetch_sub(1, Ordering::SeqCst);
                     ended
                 }
+                Err(Ended::Refreshed) => Ended::Lost(
+                    "socket mode: Slack asked for a new connection before hello".into(),
+                    None,
+                ),
                 Err(ended) => ended,
             };
             if began.elapsed() >= STEADY {
                 failures = 0;
             }
-            let error = match ended {
+            let (error, after) = match ended {
                 Ended::Stopped => return,
                 Ended::Refreshed => {
                     debug!(slot = index, "slack asked for a new socket mode connection");
+                    if !pause(REFRESH_GAP.saturating_sub(began.elapsed()), &shutdown).await {
+                        return;
+                    }
                     continue;
                 }
                 Ended::Refused(error) => {
@@ -161,11 +173,12 @@ impl Sockets {
                         refused = true;
                         self.refused.fetch_add(1, Ordering::SeqCst);
                     }
-                    error
+                    (error, None)
                 }
-                Ended::Lost(error) => error,
+                Ended::Lost(error, after) => (error, after),
             };
-            let retry_in = jittered(backoff(failures, None, self.max_backoff));
+            let retry_in =
+                jittered(backoff(failures, None, self.max_backoff)).max(after.unwrap_or_default());
             failures += 1;
             warn!(slot = index, %error, retry_ms = retry_in.as_millis() as u64, "socket mode connection lost");
             // Retrying while any slot is refused, or while nothing is connected.
@@ -185,7 +198,7 @@ impl Sockets {
             () = shutdown.cancelled() => Err(Ended::Stopped),
             opened = timeout(OPEN_WITHIN, self.connect()) => match opened {
                 Ok(opened) => opened,
-                Err(_) => Err(Ended::Lost("socket mode: no hello from Slack in time".into())),
+                Err(_) => Err(Ended::Lost("socket mode: no hello from Slack in time".into(), None)),
             },
         }
     }
@@ -196,25 +209,27 @@ impl Sockets {
         {
             Ok(opened) => opened.url.value().to_string(),
             Err(e) => {
-                let failure = classify(&e, "apps.connections.open", &self.secrets);
-                return Err(Ended::Lost(failure.text().to_owned()));
+                let (error, after) = match classify(&e, "apps.connections.open", &self.secrets) {
+                    Failure::Retry { error, after } => (error, after),
+                    Failure::Refused { error, .. } => (error, None),
+                };
+                return Err(Ended::Lost(error, after));
             }
         };
         // The URL carries a ticket: it is never logged, nor is an error text that may hold it.
-        let (mut socket, _) = tokio_tungstenite::connect_async(url.as_str())
-            .await
-            .map_err(|e| Ended::Lost(format!("socket mode: could not connect ({})", kind(&e))))?;
+        let (mut socket, _) =
+            tokio_tungstenite::connect_async(url.as_str()).await.map_err(|e| {
+                Ended::Lost(format!("socket mode: could not connect ({})", kind(&e)), None)
+            })?;
         loop {
             let text = match socket.next().await {
                 Some(Ok(Message::Text(text))) => text,
                 Some(Ok(Message::Close(_))) | None => {
-                    return Err(Ended::Lost("socket mode: closed before hello".into()));
+                    return Err(Ended::Lost("socket mode: closed before hello".into(), None));
                 }
                 Some(Err(e)) => {
-                    return Err(Ended::Lost(format!(
-                        "socket mode: failed before hello ({})",
-                        kind(&e)
-                    )));
+                    let error = format!("socket mode: failed before hello ({})", kind(&e));
+                    return Err(Ended::Lost(error, None));
                 }
                 Some(Ok(_)) => continue,
             };
@@ -253,28 +268,34 @@ impl Sockets {
                 _ = ping.tick() => {
                     if heard.elapsed() >= SILENT_AFTER {
                         let silent = format!("socket mode: nothing from Slack for {} s", SILENT_AFTER.as_secs());
-                        break Ended::Lost(silent);
+                        break Ended::Lost(silent, None);
                     }
                     Message::Ping(Vec::new().into())
                 }
                 frame = stream.next() => {
                     heard = Instant::now();
                     match frame {
-                        Some(Ok(Message::Text(text))) => match self.frame(text.as_str(), &acks).await {
-                            Some(ended) => break ended,
-                            None => continue,
-                        },
-                        Some(Ok(Message::Close(_))) | None => {
-                            break Ended::Lost("socket mode: Slack closed the connection".into());
+                        Some(Ok(Message::Text(text))) => {
+                            let ended = self.frame(text.as_str(), &acks).await;
+                            // The frame may have waited on a backed-up gateway, when nothing
+                            // was read: that time is not Slack's silence.
+                            heard = Instant::now();
+                            match ended {
+                                Some(ended) => break ended,
+                                None => continue,
+                            }
                         }
-                        Some(Err(e)) => break Ended::Lost(format!("socket mode: {}", kind(&e))),
+                        Some(Ok(Message::Close(_))) | None => {
+                            break Ended::Lost("socket mode: Slack closed the connection".into(), None);
+                        }
+                        Some(Err(e)) => break Ended::Lost(format!("socket mode: {}", kind(&e)), None),
                         // Pings are answered by tungstenite as the socket is read.
                         Some(Ok(_)) => continue,
                     }
                 }
             };
             if !matches!(timeout(WRITE_WITHIN, sink.send(out)).await, Ok(Ok(()))) {
-                break Ended::Lost("socket mode: a frame could not be sent".into());
+                break Ended::Lost("socket mode: a frame could not be sent".into(), None);
             }
         };
         match sink.reunite(stream) {
@@ -349,7 +370,7 @@ fn disconnected(reason: Option<&str>) -> Ended {
              {MAX_SOCKET_CONNECTIONS}"
         )),
         "refresh_requested" | "warning" => Ended::Refreshed,
-        other => Ended::Lost(format!("socket mode: Slack disconnected ({other})")),
+        other => Ended::Lost(format!("socket mode: Slack disconnected ({other})"), None),
     }
 }
 
@@ -412,6 +433,6 @@ mod tests {
             matches!(disconnected(Some(TOO_MANY)), Ended::Refused(e) if e.contains("within 10"))
         );
         assert!(matches!(disconnected(Some("refresh_requested")), Ended::Refreshed));
-        assert!(matches!(disconnected(Some("link_disabled")), Ended::Lost(_)));
+        assert!(matches!(disconnected(Some("link_disabled")), Ended::Lost(_, None)));
     }
 }
