@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use herald_core::{
     Adapter, AdapterContext, AdapterError, AdapterEvent, ChatRef, Inbound, Outbound, Platform,
-    SendError, SentId,
+    SendError, SentId, Tracking,
 };
 use herald_fakes::slack::{DisconnectReason, FakeSlack, Post, SlackFault};
 use tokio::sync::{mpsc, oneshot};
@@ -116,13 +116,22 @@ impl Harness {
     }
 
     async fn send(&self, chat: &ChatRef, text: &str) -> Result<Vec<SentId>, SendError> {
+        self.send_tracked(chat, text, None).await
+    }
+
+    async fn send_tracked(
+        &self,
+        chat: &ChatRef,
+        text: &str,
+        track: Option<Tracking>,
+    ) -> Result<Vec<SentId>, SendError> {
         let (done, sent) = oneshot::channel();
         let request = Outbound::Send {
             chat: chat.clone(),
             text: text.into(),
             reply_to: None,
             answers: None,
-            track: None,
+            track,
             done: Some(done),
         };
         self.outbound.send(request).await.expect("the adapter takes requests");
@@ -304,7 +313,11 @@ async fn a_rate_limited_reply_waits_and_is_posted_once() {
 
 #[tokio::test]
 async fn messages_still_come_after_a_disconnect_and_an_abrupt_close() {
-    let mut h = Harness::start().await;
+    // One connection: a second one's `Connected` would not tell which loss it follows.
+    let fake = FakeSlack::start().await;
+    let mut settings = settings(&fake);
+    settings.socket_connections = 1;
+    let mut h = Harness::start_with(fake, settings).await;
     h.fake.disconnect(DisconnectReason::RefreshRequested);
     h.fake.dm("U5", "after the refresh");
     h.connected().await;
@@ -390,5 +403,32 @@ async fn a_working_reaction_shows_until_the_answer_is_sent() {
     assert!(reactions[0].added && !reactions[1].added);
     assert_eq!((reactions[1].channel.as_str(), reactions[1].timestamp.as_str()), ("D7", &*ts));
     assert!(h.fake.reactions_on("D7", &ts).is_empty());
+    h.stop().await;
+}
+
+#[tokio::test]
+async fn every_piece_slack_took_before_a_crash_is_found_and_only_the_rest_posted() {
+    let mut h = Harness::start().await;
+    let chat = ChatRef::direct(Platform::Slack, "D8");
+    h.fake.dm("U8", "a long one");
+    h.inbound().await.ack.settle();
+    let answer = "word ".repeat(2500);
+    let stored_at = i64::try_from(now_ms()).unwrap();
+    let tracked = |again| Some(Tracking::new("77".into(), 0, again, stored_at).0);
+    // Slack takes every piece; the process dies before their progress reaches the store.
+    let ids = h.send_tracked(&chat, &answer, tracked(false)).await.expect("sent");
+    assert!(ids.len() >= 3, "{ids:?}");
+    // Started again from piece 0: every piece is found, with one read of the history.
+    let again = h.send_tracked(&chat, &answer, tracked(true)).await.expect("found");
+    assert_eq!(again, ids);
+    assert_eq!(h.fake.posted().len(), ids.len(), "nothing posted twice");
+    assert_eq!(h.fake.calls_of("conversations.history").len(), 1);
+    // Only the first two pieces on Slack: the rest goes out after them.
+    for ts in &ids[2..] {
+        h.fake.delete("D8", ts).expect("deleted");
+    }
+    let resumed = h.send_tracked(&chat, &answer, tracked(true)).await.expect("resumed");
+    assert_eq!(resumed[..2], ids[..2]);
+    assert_eq!(h.fake.posted().len(), ids.len() * 2 - 2, "only the missing pieces posted");
     h.stop().await;
 }

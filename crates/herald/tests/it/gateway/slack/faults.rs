@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use herald_fakes::slack::{
-    DisconnectReason, FakeSlack, MAX_CONNECTIONS, Post, SlackFault, SocketEvent,
+    DisconnectReason, FakeSlack, MAX_CONNECTIONS, Post, ReadLimit, SlackFault, SocketEvent,
 };
 use serde_json::Value;
 
@@ -201,5 +201,129 @@ async fn slack_refused_tokens_are_one_line_naming_the_variable_and_telegram_goes
     let telegram = d.telegram.as_ref().unwrap();
     telegram.dm(1001, "and here?");
     assert_eq!(telegram.wait_sent(1, Duration::from_secs(20)).await[0].text, "echo: and here?");
+    assert_eq!(d.stop().await, 0, "{}", d.logs());
+}
+
+/// The mark herald puts on piece `piece` of the reply whose outbox entry is `key`.
+fn herald_mark(key: u32, piece: u32) -> Value {
+    serde_json::json!({
+        "event_type": "herald_reply",
+        "event_payload": {"key": key.to_string(), "piece": piece.to_string()},
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn slack_a_mark_from_another_bot_is_no_answer_of_ours() {
+    let mut d = SlackDaemon::start().await;
+    let dm = FakeSlack::dm_channel(&user(1));
+    // Another bot (a herald on its own store) answered in this chat under the same outbox ids.
+    for key in 1..=20 {
+        let post = Post::dm(&user(1), "not ours").from_bot("B0OTHER");
+        d.slack.inject(post.with_metadata(herald_mark(key, 0)));
+    }
+    // A 5xx before Slack acted: the look finds no post of ours, and the answer goes out.
+    d.slack.push_fault("chat.postMessage", SlackFault::Status { status: 500 });
+    d.slack.dm(&user(1), "mine");
+    assert_eq!(texts(&d.replies(&dm, 1).await), ["echo: mine"]);
+    settle().await;
+    assert_eq!(d.slack.posted_in(&dm).len(), 1);
+    let looks = d.slack.calls_of("conversations.history");
+    assert_eq!(looks.len(), 1, "{looks:#?}");
+    // Only what came since the reply was stored, give or take the clocks' skew, is read.
+    let oldest: f64 = looks[0].args["oldest"].as_str().unwrap().parse().unwrap();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap();
+    let before = now.as_secs_f64() - oldest;
+    assert!((300.0..400.0).contains(&before), "oldest is {before} s back");
+    assert_eq!(d.stop().await, 0, "{}", d.logs());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn slack_a_look_that_fails_is_tried_again_before_anything_is_posted() {
+    let mut d = SlackDaemon::start().await;
+    let dm = FakeSlack::dm_channel(&user(1));
+    // The post taken and its answer lost; the look rate limited, then a 5xx.
+    d.slack.push_fault("chat.postMessage", SlackFault::StatusAfter { status: 500 });
+    d.slack.push_fault("conversations.history", SlackFault::RateLimited { retry_after: 1 });
+    d.slack.push_fault("conversations.history", SlackFault::Status { status: 503 });
+    d.slack.dm(&user(1), "once");
+    assert_eq!(texts(&d.replies(&dm, 1).await), ["echo: once"]);
+    // Done once the third look came, or once the answer went out again.
+    let done = |fake: &FakeSlack| {
+        fake.calls_of("conversations.history").len() >= 3 || fake.posted_in(&dm).len() >= 2
+    };
+    assert!(d.slack.wait_for(PATIENCE, done).await, "{}", d.logs());
+    settle().await;
+    assert_eq!(texts(&d.slack.posted_in(&dm)), ["echo: once"], "found, not posted again");
+    let statuses: Vec<u16> =
+        d.slack.calls_of("conversations.history").iter().map(|c| c.status).collect();
+    assert_eq!(statuses, [429, 503, 200]);
+
+    // Slack's own limit on reading, tighter than Tier 3: the second look waits its turn.
+    d.slack.limit_reads(Some(ReadLimit { calls: 1, window: Duration::from_secs(3) }));
+    d.slack.push_faults("chat.postMessage", SlackFault::StatusAfter { status: 502 }, 2);
+    let (alice, bob) = (FakeSlack::dm_channel(&user(2)), FakeSlack::dm_channel(&user(3)));
+    d.slack.dm(&user(2), "one");
+    d.slack.dm(&user(3), "two");
+    d.replies(&alice, 1).await;
+    d.replies(&bob, 1).await;
+    let both = |fake: &FakeSlack| {
+        fake.calls_of("conversations.history").iter().filter(|c| c.error.is_none()).count() >= 3
+    };
+    assert!(d.slack.wait_for(PATIENCE, both).await, "{}", d.logs());
+    settle().await;
+    assert_eq!(texts(&d.slack.posted_in(&alice)), ["echo: one"]);
+    assert_eq!(texts(&d.slack.posted_in(&bob)), ["echo: two"]);
+    assert_eq!(d.stop().await, 0, "{}", d.logs());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn slack_a_call_that_never_answers_is_given_up_and_the_chat_goes_on() {
+    let mut d = SlackDaemon::start_with("api_timeout_s = 1\n", &[], false).await;
+    let dm = FakeSlack::dm_channel(&user(1));
+    // Slack takes the post and its answer never comes; the first look hangs too.
+    d.slack.push_fault("chat.postMessage", SlackFault::StallAfter);
+    d.slack.push_fault("conversations.history", SlackFault::Stall);
+    d.slack.dm(&user(1), "hello?");
+    assert_eq!(texts(&d.replies(&dm, 1).await), ["echo: hello?"]);
+    d.slack.dm(&user(1), "still there?");
+    let posted = d.replies(&dm, 2).await;
+    assert_eq!(texts(&posted), ["echo: hello?", "echo: still there?"]);
+    settle().await;
+    assert_eq!(d.slack.posted_in(&dm).len(), 2, "the stalled post was found, not posted again");
+    assert_eq!(d.slack.calls_of("conversations.history").len(), 2);
+    assert_eq!(d.stop().await, 0, "{}", d.logs());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn slack_a_refresh_before_hello_is_not_opened_again_at_once() {
+    let mut d = SlackDaemon::start_with("socket_connections = 1\n", &[], false).await;
+    d.slack.refresh_before_hello(usize::MAX);
+    let before = d.slack.calls_of("apps.connections.open").len();
+    d.slack.drop_connections();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let opens = d.slack.calls_of("apps.connections.open").len() - before;
+    assert!(opens <= 8, "{opens} apps.connections.open calls in 3 s of refreshes\n{}", d.logs());
+    d.slack.refresh_before_hello(0);
+    let dm = FakeSlack::dm_channel(&user(1));
+    d.slack.dm(&user(1), "back");
+    let posted = d.replies_within(&dm, 1, Duration::from_secs(45)).await;
+    assert_eq!(texts(&posted), ["echo: back"]);
+    assert_eq!(d.stop().await, 0, "{}", d.logs());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn slack_a_rate_limited_socket_open_waits_for_retry_after() {
+    let mut d = SlackDaemon::start_with("socket_connections = 1\n", &[], false).await;
+    let limited = SlackFault::RateLimited { retry_after: 4 };
+    d.slack.push_faults("apps.connections.open", limited, 2);
+    d.slack.drop_connections();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let refused = d.slack.calls_of("apps.connections.open");
+    let refused = refused.iter().filter(|c| c.status == 429).count();
+    assert_eq!(refused, 1, "another open before Retry-After passed\n{}", d.logs());
+    let dm = FakeSlack::dm_channel(&user(1));
+    d.slack.dm(&user(1), "back");
+    let posted = d.replies_within(&dm, 1, Duration::from_secs(45)).await;
+    assert_eq!(texts(&posted), ["echo: back"]);
     assert_eq!(d.stop().await, 0, "{}", d.logs());
 }
