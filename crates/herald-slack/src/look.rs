@@ -1,8 +1,10 @@
 //! Finding a reply's piece that Slack may have taken unseen. Slack has no idempotency key, so
 //! each piece of a stored reply goes out with message metadata naming the reply and the piece
 //! (`herald_reply`: `key`, `piece`); before a piece is sent again after a failure that may
-//! hide a success, the chat's recent messages are read for that mark: the channel's history,
-//! or in a thread the thread's replies, both with `include_all_metadata`.
+//! hide a success, the chat's messages are read for that mark: the channel's history, or in a
+//! thread the thread's replies, both with `include_all_metadata`. Only the bot's own messages
+//! since the reply was stored count: an outbox id is unique in one store only, and another
+//! herald (its own store, a restored one, a staging copy) may mark its pieces alike.
 
 use std::collections::HashMap;
 use std::time::Duration;
