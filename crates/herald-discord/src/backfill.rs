@@ -93,7 +93,7 @@ impl Inner {
         let oldest = now_ms().saturating_sub(self.settings.backfill_max_age.as_millis() as u64);
         for message in messages {
             if snowflake_ms(message.id.get()) >= oldest {
-                self.offer(Incoming::Message(Box::new(message)));
+                self.offer(Incoming::Fetched(Box::new(message)));
             }
         }
         Fetched::Offered

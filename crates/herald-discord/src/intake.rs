@@ -29,7 +29,10 @@ const REFETCH_AFTER: Duration = Duration::from_secs(5);
 /// Something Discord dispatched (or that was fetched) for the bot to read.
 #[derive(Debug)]
 pub(crate) enum Incoming {
+    /// Heard live.
     Message(Box<Message>),
+    /// Fetched over REST after a gap: older than what was heard live meanwhile.
+    Fetched(Box<Message>),
     Interaction(Box<CommandInteraction>),
     /// What a fetch after `shard`'s gap found in `channel` was all offered before this.
     GapFilled {
@@ -42,7 +45,7 @@ impl Incoming {
     /// The id second copies share; `None` for what is never a copy.
     fn id(&self) -> Option<u64> {
         match self {
-            Incoming::Message(message) => Some(message.id.get()),
+            Incoming::Message(message) | Incoming::Fetched(message) => Some(message.id.get()),
             Incoming::Interaction(interaction) => Some(interaction.id.get()),
             Incoming::GapFilled { .. } => None,
         }
@@ -289,6 +292,7 @@ impl Inner {
                         false => self.message(*message).await,
                     }
                 }
+                Incoming::Fetched(message) => self.message(*message).await,
                 Incoming::Interaction(interaction) => self.slash_command(interaction).await,
                 Incoming::GapFilled { channel, shard } => {
                     let (cursor, filled) = {

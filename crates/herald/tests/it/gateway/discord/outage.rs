@@ -83,7 +83,7 @@ async fn a_newer_message_heard_before_the_fetch_leaves_the_gap_before_it_answere
         "echo: while down 3",
         "echo: live",
     ];
-    assert_eq!(DiscordDaemon::texts(&sent), expected);
+    assert_eq!(DiscordDaemon::texts(&sent), expected, "{}", d.logs());
     let sent = d.replies(unsaved, 3).await;
     assert_eq!(
         DiscordDaemon::texts(&sent),
